@@ -1,0 +1,89 @@
+#pragma once
+// The online softmax of FlashAttention, for a block of BlockQ query rows. Scores arrive one key tile at a
+// time, stored transposed: st[j * BlockQ + i] is the score of query row i against key j of the tile, so
+// that a packet holds consecutive query rows and every reduction over keys is a vertical (lane-wise) max
+// or sum. Scores are kept in base-2 units (the caller folds log2(e) into the scale) so that exp becomes
+// exp2.
+//
+// The recurrence, per query row, over key tiles t = 1, 2, ...:
+//   m_t = max(m_{t-1}, max_j s_j)                 running max
+//   p_j = 2^(s_j - m_t)                           this tile's unnormalised probabilities
+//   ℓ_t = 2^(m_{t-1} - m_t) · ℓ_{t-1} + Σ_j p_j   running sum
+//   O_t = 2^(m_{t-1} - m_t) · O_{t-1} + P·V       (the rescale factor is returned as `alpha`)
+// and at the end O = O_T / ℓ_T and LSE = (m_T + log2 ℓ_T) · ln 2.
+//
+// −inf guards: a row that has seen only masked (−inf) scores has m = −inf, and 2^(−inf − (−inf)) would be
+// NaN. Such rows subtract 0 instead of m, so their p and alpha are exactly 0 and O stays 0. A row that
+// ends with ℓ = 0 (every key masked) finalises to O = 0 and LSE = −inf. NaN scores are not guarded:
+// they make p, ℓ and so O NaN, which is the documented propagation.
+
+#include <cmath>
+#include <limits>
+
+#include "flashattn/cpu/simd.hpp"
+
+namespace flashattn::cpu {
+
+template <class Acc, int BlockQ, Isa isa>
+class OnlineSoftmax {
+  using V = Simd<Acc, isa>;
+  static_assert(BlockQ % V::width == 0, "BlockQ must be a multiple of the packet width");
+
+ public:
+  OnlineSoftmax() { reset(); }
+
+  void reset() {
+    for (int i = 0; i < BlockQ; ++i) {
+      m_[i] = -std::numeric_limits<Acc>::infinity();
+      l_[i] = Acc(0);
+    }
+  }
+
+  // st: (cols, BlockQ) scores in base-2 units, overwritten with p. alpha: (BlockQ) rescale factors for O.
+  void update(Acc* st, int cols, Acc* alpha) {
+    constexpr Acc neg_inf = -std::numeric_limits<Acc>::infinity();
+    for (int i = 0; i < BlockQ; i += V::width) {
+      typename V::Reg tile_max = V::set1(neg_inf);
+      for (int j = 0; j < cols; ++j) tile_max = V::max(tile_max, V::load(st + j * BlockQ + i));
+      const typename V::Reg m_old = V::load(m_ + i);
+      const typename V::Reg m_new = V::max(m_old, tile_max);
+      V::store(m_ + i, m_new);
+      // The −inf guard: subtract 0 where the row has seen no finite score yet.
+      alignas(64) Acc m_safe[V::width];
+      V::store(m_safe, m_new);
+      for (Acc& m : m_safe) m = (m == neg_inf) ? Acc(0) : m;
+      const typename V::Reg shift = V::load(m_safe);
+
+      typename V::Reg row_sum = V::zero();
+      for (int j = 0; j < cols; ++j) {
+        const typename V::Reg p = V::exp2_nonpositive(V::sub(V::load(st + j * BlockQ + i), shift));
+        V::store(st + j * BlockQ + i, p);
+        row_sum = V::add(row_sum, p);
+      }
+      const typename V::Reg a = V::exp2_nonpositive(V::sub(m_old, shift));
+      V::store(alpha + i, a);
+      V::store(l_ + i, V::fma(V::load(l_ + i), a, row_sum));
+    }
+  }
+
+  // inv_l: (BlockQ) factors that normalise O (0 for rows that kept no key). lse: natural-log LSE per row.
+  void finalize(Acc* inv_l, Acc* lse) const {
+    constexpr Acc ln2 = Acc(0.6931471805599453094);
+    for (int i = 0; i < BlockQ; ++i) {
+      const Acc l = l_[i];
+      if (l == Acc(0)) {
+        inv_l[i] = Acc(0);
+        lse[i] = -std::numeric_limits<Acc>::infinity();
+      } else {
+        inv_l[i] = Acc(1) / l;
+        lse[i] = m_[i] * ln2 + std::log(l);
+      }
+    }
+  }
+
+ private:
+  alignas(64) Acc m_[BlockQ];  // running max, base-2 units
+  alignas(64) Acc l_[BlockQ];  // running sum of 2^(s - m)
+};
+
+}  // namespace flashattn::cpu

@@ -1,0 +1,80 @@
+#pragma once
+// Runs independent work items on worker threads with dynamic scheduling: each worker takes the next item
+// from a shared counter, so uneven items (causal blocks near the diagonal, GQA groups) balance by
+// themselves. With OpenMP enabled (-fopenmp) the workers are an OpenMP team, so thread pinning and
+// OMP_NUM_THREADS apply; without it they are std::threads started per call. No state outlives a call,
+// so concurrent calls from many user threads do not interact.
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+#include "flashattn/views.hpp"
+
+namespace flashattn::cpu {
+
+// Threads used when the caller passes 0.
+inline int default_num_threads() {
+#if defined(_OPENMP)
+  return std::max(1, omp_get_max_threads());
+#else
+  return std::max(1u, std::thread::hardware_concurrency());
+#endif
+}
+
+// Hands out item indices 0, 1, ..., items - 1 once each, across workers.
+class WorkQueue {
+ public:
+  explicit WorkQueue(index_t items) : items_(items) {}
+  bool next(index_t& item) {
+    item = next_.fetch_add(1, std::memory_order_relaxed);
+    return item < items_;
+  }
+
+ private:
+  index_t items_;
+  std::atomic<index_t> next_{0};
+};
+
+// Calls worker(queue) on `threads` threads (the caller's included) and returns when all are done. The
+// first exception thrown by a worker is rethrown here.
+template <class Worker>
+void run_workers(index_t items, int threads, Worker&& worker) {
+  if (items <= 0) return;
+  threads = int(std::min<index_t>(std::max(threads, 1), items));
+  WorkQueue queue(items);
+  if (threads == 1) {
+    worker(queue);
+    return;
+  }
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto guarded = [&] {
+    try {
+      worker(queue);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (!error) error = std::current_exception();
+    }
+  };
+#if defined(_OPENMP)
+#pragma omp parallel num_threads(threads)
+  guarded();
+#else
+  std::vector<std::thread> pool;
+  pool.reserve(std::size_t(threads - 1));
+  for (int t = 1; t < threads; ++t) pool.emplace_back(guarded);
+  guarded();
+  for (std::thread& th : pool) th.join();
+#endif
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace flashattn::cpu

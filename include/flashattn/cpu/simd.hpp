@@ -1,0 +1,193 @@
+#pragma once
+// The packet layer: the few vector operations the tile ops need (load, store, broadcast, fma, max,
+// exp2), one specialisation per (accumulator type, instruction set). The kernels are written once against
+// this interface, as Eigen's evaluators are written against pmul/padd/pexp; adding an instruction set is
+// adding a specialisation here.
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "flashattn/cpu/isa.hpp"
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+// GCC 12 reports its own intrinsics' _mm512_undefined_ps() as maybe-uninitialized once they are inlined
+// (GCC bug 105593); the state in force where the intrinsics are defined decides, so it is silenced for
+// this include only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#else
+#include <immintrin.h>
+#endif
+#endif
+
+namespace flashattn::cpu {
+
+namespace detail {
+
+// 2^f for f in [-0.5, 0.5]: degree-7 Taylor polynomial of e^(f·ln2) in Horner form. Its truncation error
+// (0.5·ln2)^8/8! ≈ 5e-9 is below half an ulp of float.
+template <class V, class Fma, class Set1>
+inline V exp2_poly(V f, Fma fma, Set1 set1) {
+  V p = set1(1.5252733804059841e-5f);
+  p = fma(p, f, set1(1.5403530393381609e-4f));
+  p = fma(p, f, set1(1.3333558146428443e-3f));
+  p = fma(p, f, set1(9.6181291076284772e-3f));
+  p = fma(p, f, set1(5.5504108664821580e-2f));
+  p = fma(p, f, set1(2.4022650695910071e-1f));
+  p = fma(p, f, set1(6.9314718055994531e-1f));
+  p = fma(p, f, set1(1.0f));
+  return p;
+}
+
+// Scalar float 2^x for x <= 0 (the softmax only exponentiates score - running max). Branch-free so that
+// loops over it vectorise; exactly 0 below -126 (and for -inf), NaN stays NaN.
+inline float exp2_nonpositive(float x) {
+  const float magic = 12582912.0f;  // 1.5·2^23: adding it rounds to an integer held in the low mantissa bits
+  const float t = x + magic;
+  std::uint32_t t_bits;
+  std::memcpy(&t_bits, &t, sizeof t);
+  const float n = t - magic;
+  const float f = x - n;
+  std::uint32_t magic_bits;
+  std::memcpy(&magic_bits, &magic, sizeof magic);
+  // 2^n built from its exponent bits; unsigned arithmetic, so a garbage n (x NaN) is defined behaviour.
+  const std::uint32_t scale_bits = (t_bits - magic_bits + 127u) << 23;
+  float scale;
+  std::memcpy(&scale, &scale_bits, sizeof scale);
+  const float p = exp2_poly(
+      f, [](float a, float b, float c) { return a * b + c; }, [](float a) { return a; });
+  return x < -126.0f ? 0.0f : p * scale;
+}
+
+}  // namespace detail
+
+template <class Acc, Isa isa>
+struct Simd;
+
+// One lane: the reference implementation every other path must agree with, and the fallback on CPUs
+// without a specialisation.
+template <class Acc>
+struct Simd<Acc, Isa::Portable> {
+  using Reg = Acc;
+  static constexpr int width = 1;
+  static Reg load(const Acc* p) { return *p; }
+  static void store(Acc* p, Reg v) { *p = v; }
+  static Reg set1(Acc a) { return a; }
+  static Reg zero() { return Acc(0); }
+  static Reg add(Reg a, Reg b) { return a + b; }
+  static Reg sub(Reg a, Reg b) { return a - b; }
+  static Reg mul(Reg a, Reg b) { return a * b; }
+  static Reg fma(Reg a, Reg b, Reg c) { return a * b + c; }
+  static Reg max(Reg a, Reg b) { return b > a ? b : a; }
+  static Reg exp2_nonpositive(Reg x) {
+    if constexpr (std::is_same_v<Acc, float>) {
+      return detail::exp2_nonpositive(x);
+    } else {
+      return std::exp2(x);
+    }
+  }
+};
+
+// Double lanes beyond the portable path reuse std::exp2 lane by lane: double is the accuracy reference,
+// not a speed target.
+template <class Simd>
+inline typename Simd::Reg exp2_lanewise(typename Simd::Reg x) {
+  alignas(64) double lanes[Simd::width];
+  Simd::store(lanes, x);
+  for (double& lane : lanes) lane = std::exp2(lane);
+  return Simd::load(lanes);
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
+template <>
+struct Simd<float, Isa::Avx2> {
+  using Reg = __m256;
+  static constexpr int width = 8;
+  static Reg load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, Reg v) { _mm256_storeu_ps(p, v); }
+  static Reg set1(float a) { return _mm256_set1_ps(a); }
+  static Reg zero() { return _mm256_setzero_ps(); }
+  static Reg add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
+  static Reg sub(Reg a, Reg b) { return _mm256_sub_ps(a, b); }
+  static Reg mul(Reg a, Reg b) { return _mm256_mul_ps(a, b); }
+  static Reg fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
+  // max_ps returns its second operand when either is NaN: `a` is the running value, so NaN in `b` wins.
+  static Reg max(Reg a, Reg b) { return _mm256_max_ps(a, b); }
+  static Reg exp2_nonpositive(Reg x) {
+    const Reg n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const Reg f = _mm256_sub_ps(x, n);
+    const Reg p = detail::exp2_poly(f, fma, set1);
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    const Reg r = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    // Ordered compare: false for NaN, so NaN passes through.
+    const Reg underflow = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_LT_OQ);
+    return _mm256_andnot_ps(underflow, r);
+  }
+};
+
+template <>
+struct Simd<double, Isa::Avx2> {
+  using Reg = __m256d;
+  static constexpr int width = 4;
+  static Reg load(const double* p) { return _mm256_loadu_pd(p); }
+  static void store(double* p, Reg v) { _mm256_storeu_pd(p, v); }
+  static Reg set1(double a) { return _mm256_set1_pd(a); }
+  static Reg zero() { return _mm256_setzero_pd(); }
+  static Reg add(Reg a, Reg b) { return _mm256_add_pd(a, b); }
+  static Reg sub(Reg a, Reg b) { return _mm256_sub_pd(a, b); }
+  static Reg mul(Reg a, Reg b) { return _mm256_mul_pd(a, b); }
+  static Reg fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_pd(a, b, c); }
+  static Reg max(Reg a, Reg b) { return _mm256_max_pd(a, b); }
+  static Reg exp2_nonpositive(Reg x) { return exp2_lanewise<Simd>(x); }
+};
+#endif
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
+template <>
+struct Simd<float, Isa::Avx512> {
+  using Reg = __m512;
+  static constexpr int width = 16;
+  static Reg load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, Reg v) { _mm512_storeu_ps(p, v); }
+  static Reg set1(float a) { return _mm512_set1_ps(a); }
+  static Reg zero() { return _mm512_setzero_ps(); }
+  static Reg add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
+  static Reg sub(Reg a, Reg b) { return _mm512_sub_ps(a, b); }
+  static Reg mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
+  static Reg fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
+  static Reg max(Reg a, Reg b) { return _mm512_max_ps(a, b); }
+  // 2^x = 2^f · 2^n with n = round(x): scalef applies 2^n with exact IEEE handling, giving 0 below the
+  // subnormal range. x is first clamped to >= -200 so that -inf does not become (-inf) - (-inf) = NaN;
+  // max_ps returns its second operand for NaN, so NaN passes through the clamp.
+  static Reg exp2_nonpositive(Reg x) {
+    x = _mm512_max_ps(_mm512_set1_ps(-200.0f), x);
+    const Reg n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const Reg f = _mm512_sub_ps(x, n);
+    return _mm512_scalef_ps(detail::exp2_poly(f, fma, set1), n);
+  }
+};
+
+template <>
+struct Simd<double, Isa::Avx512> {
+  using Reg = __m512d;
+  static constexpr int width = 8;
+  static Reg load(const double* p) { return _mm512_loadu_pd(p); }
+  static void store(double* p, Reg v) { _mm512_storeu_pd(p, v); }
+  static Reg set1(double a) { return _mm512_set1_pd(a); }
+  static Reg zero() { return _mm512_setzero_pd(); }
+  static Reg add(Reg a, Reg b) { return _mm512_add_pd(a, b); }
+  static Reg sub(Reg a, Reg b) { return _mm512_sub_pd(a, b); }
+  static Reg mul(Reg a, Reg b) { return _mm512_mul_pd(a, b); }
+  static Reg fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_pd(a, b, c); }
+  static Reg max(Reg a, Reg b) { return _mm512_max_pd(a, b); }
+  static Reg exp2_nonpositive(Reg x) { return exp2_lanewise<Simd>(x); }
+};
+#endif
+
+}  // namespace flashattn::cpu

@@ -1,0 +1,58 @@
+#pragma once
+// The one place where runtime values become template arguments: the backend, the mask policy (from the
+// options, or the caller's own), the head dim (compile-time for the common sizes, so the micro-kernels'
+// depth loops unroll; runtime otherwise) and the tile configuration (the caller's, or the default for
+// the scalar type).
+
+#include <type_traits>
+
+#include "flashattn/accounting.hpp"
+#include "flashattn/cpu/backend.hpp"
+#include "flashattn/cpu/tiles.hpp"
+#include "flashattn/masks.hpp"
+#include "flashattn/options.hpp"
+#include "flashattn/params.hpp"
+
+namespace flashattn {
+
+// Tile-configuration argument meaning "the backend's default for this scalar type".
+struct AutoTiles {};
+
+namespace detail {
+
+template <class TileChoice, class T>
+using resolve_tiles = std::conditional_t<std::is_same_v<TileChoice, AutoTiles>, cpu::DefaultTiles<T>, TileChoice>;
+
+template <class TileConfig, class T, class Mask, class Accounting>
+void dispatch_head_dim(const ForwardParams<T>& p, const Mask& mask, Accounting& acct) {
+  switch (p.q.dim) {
+    case 64:
+      return cpu::run_forward<T, TileConfig, 64>(p, mask, acct);
+    case 128:
+      return cpu::run_forward<T, TileConfig, 128>(p, mask, acct);
+    default:
+      return cpu::run_forward<T, TileConfig, 0>(p, mask, acct);
+  }
+}
+
+// With a mask policy of the caller's.
+template <class TileChoice, class T, class Mask, class Accounting>
+void dispatch_forward(const ForwardParams<T>& p, const Mask& mask, Accounting& acct) {
+  dispatch_head_dim<resolve_tiles<TileChoice, T>>(p, mask, acct);
+}
+
+// With the mask the options describe.
+template <class TileChoice, class T, class Accounting>
+void dispatch_forward(const ForwardParams<T>& p, const AttentionOptions& opts, Accounting& acct) {
+  using TileConfig = resolve_tiles<TileChoice, T>;
+  if (opts.causal) {
+    dispatch_head_dim<TileConfig>(p, BandMask::window(p.q.seq, p.k.seq, opts.window_left, 0), acct);
+  } else if (opts.has_window()) {
+    dispatch_head_dim<TileConfig>(p, BandMask::window(p.q.seq, p.k.seq, opts.window_left, opts.window_right), acct);
+  } else {
+    dispatch_head_dim<TileConfig>(p, NoMask{p.k.seq}, acct);
+  }
+}
+
+}  // namespace detail
+}  // namespace flashattn

@@ -1,0 +1,53 @@
+#pragma once
+// Eigen interop: attention for one head from Eigen matrices or Maps, (seq × head_dim), row-major. Inputs
+// that are row-major with unit inner stride (Matrix, Map<..., OuterStride<>>, blocks of those) are read in
+// place; other expressions are evaluated into a temporary first. The output must be row-major with direct
+// access (a Matrix, or a Map of caller memory).
+
+#include <Eigen/Core>
+#include <type_traits>
+
+#include "flashattn/attention.hpp"
+
+namespace flashattn {
+
+template <class T>
+using RowMajorMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// A (seq, dim) row-major block of memory as a one-batch, one-head view.
+template <class T>
+TensorView<T> single_head_view(T* data, index_t seq, index_t dim, index_t row_stride) {
+  return {data, 1, seq, 1, dim, seq * row_stride, row_stride, dim, 1};
+}
+
+// o = softmax(scale · q · kᵀ [+ mask]) · v. q, o: (seq_q, d); k, v: (seq_k, d).
+template <class DQ, class DK, class DV, class DO>
+void attention(const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k, const Eigen::MatrixBase<DV>& v,
+               const Eigen::MatrixBase<DO>& o_out, const AttentionOptions& options = {}) {
+  using T = typename DQ::Scalar;
+  static_assert(std::is_same_v<typename DK::Scalar, T> && std::is_same_v<typename DV::Scalar, T> &&
+                    std::is_same_v<typename DO::Scalar, T>,
+                "q, k, v and o must have the same scalar type");
+  static_assert(bool(DO::IsRowMajor) && (int(DO::Flags) & Eigen::DirectAccessBit) != 0,
+                "o must be a row-major matrix or map with direct access");
+  // Eigen's idiom for writable expression arguments (so that temporaries such as a Map can be passed).
+  auto& o = const_cast<Eigen::MatrixBase<DO>&>(o_out).derived();
+  if (o.innerStride() != 1) throw InvalidArgument("o: the inner (column) stride must be 1");
+  const Eigen::Ref<const RowMajorMatrix<T>> qr(q), kr(k), vr(v);
+  const auto view = [](const auto& m) {
+    return single_head_view<const T>(m.data(), m.rows(), m.cols(), m.outerStride());
+  };
+  attention_forward<AutoTiles, T>(view(qr), view(kr), view(vr),
+                                  single_head_view<T>(o.data(), o.rows(), o.cols(), o.outerStride()), options);
+}
+
+// As above, returning a new (seq_q, d) matrix.
+template <class DQ, class DK, class DV>
+RowMajorMatrix<typename DQ::Scalar> attention(const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k,
+                                              const Eigen::MatrixBase<DV>& v, const AttentionOptions& options = {}) {
+  RowMajorMatrix<typename DQ::Scalar> o(q.rows(), q.cols());
+  attention(q, k, v, o, options);
+  return o;
+}
+
+}  // namespace flashattn

@@ -1,0 +1,81 @@
+#pragma once
+// The test oracle: attention computed the obvious way, materialising each score row, with every
+// intermediate in a chosen accumulator type. reference_attention<double> is the fp64 reference of the
+// tolerance rule; reference_attention<acc_t<T>, T> (rounding scores, probabilities and outputs to T, as a
+// naive implementation storing T would) gives the "naive in the same precision" error that bounds ours.
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "flashattn/cpu/tiles.hpp"
+#include "flashattn/masks.hpp"
+#include "flashattn/views.hpp"
+
+namespace flashattn::testing {
+
+struct ReferenceResult {
+  std::vector<double> o;    // (batch, seq_q, heads_q, dim), contiguous
+  std::vector<double> lse;  // (batch, heads_q, seq_q), contiguous
+};
+
+// Round x through storage type Store (identity for Store = Acc).
+template <class Store, class Acc>
+Acc round_to(Acc x) {
+  return Acc(Store(x));
+}
+
+// softmax(scale·Q·Kᵀ, mask)·V. Calc: the type every sum and product is computed in. Store: the type
+// scores, probabilities and outputs are rounded to between steps (Calc for the fp64 reference).
+template <class Calc, class Store = Calc, class T, class Mask>
+ReferenceResult reference_attention(const TensorView<const T>& q, const TensorView<const T>& k,
+                                    const TensorView<const T>& v, double scale, const Mask& mask) {
+  const index_t B = q.batch, Sq = q.seq, Sk = k.seq, H = q.heads, D = q.dim, group = q.heads / k.heads;
+  ReferenceResult r;
+  r.o.assign(std::size_t(B * Sq * H * D), 0.0);
+  r.lse.assign(std::size_t(B * H * Sq), 0.0);
+  std::vector<Calc> s(std::size_t(Sk)), acc(std::size_t(D));
+  for (index_t b = 0; b < B; ++b) {
+    for (index_t h = 0; h < H; ++h) {
+      const auto head_mask = mask_for_head(mask, b, h);
+      const index_t hk = h / group;
+      for (index_t i = 0; i < Sq; ++i) {
+        Calc m = -std::numeric_limits<Calc>::infinity();
+        std::vector<bool> kept(std::size_t(Sk));
+        for (index_t j = 0; j < Sk; ++j) {
+          kept[std::size_t(j)] = head_mask.keep(i, j);
+          if (!kept[std::size_t(j)]) {
+            s[std::size_t(j)] = -std::numeric_limits<Calc>::infinity();
+            continue;
+          }
+          Calc dot = 0;
+          for (index_t c = 0; c < D; ++c) dot += Calc(q(b, i, h, c)) * Calc(k(b, j, hk, c));
+          Calc x = round_to<Store>(dot) * Calc(scale);
+          if constexpr (Mask::modifies_scores) x = Calc(head_mask.score(i, j, x));
+          s[std::size_t(j)] = x;
+          m = std::max(m, x);
+        }
+        const bool any = m != -std::numeric_limits<Calc>::infinity();
+        Calc l = 0;
+        for (index_t j = 0; j < Sk; ++j) {
+          s[std::size_t(j)] = kept[std::size_t(j)] && any ? std::exp(s[std::size_t(j)] - m) : Calc(0);
+          l += s[std::size_t(j)];
+        }
+        std::fill(acc.begin(), acc.end(), Calc(0));
+        for (index_t j = 0; j < Sk; ++j) {
+          if (!kept[std::size_t(j)]) continue;
+          const Calc pj = round_to<Store>(s[std::size_t(j)] / l);
+          for (index_t c = 0; c < D; ++c) acc[std::size_t(c)] += pj * Calc(v(b, j, hk, c));
+        }
+        for (index_t c = 0; c < D; ++c)
+          r.o[std::size_t(((b * Sq + i) * H + h) * D + c)] = any ? double(round_to<Store>(acc[std::size_t(c)])) : 0.0;
+        r.lse[std::size_t((b * H + h) * Sq + i)] =
+            any ? double(m) + std::log(double(l)) : -std::numeric_limits<double>::infinity();
+      }
+    }
+  }
+  return r;
+}
+
+}  // namespace flashattn::testing
