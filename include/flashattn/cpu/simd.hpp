@@ -13,18 +13,9 @@
 #include "flashattn/cpu/isa.hpp"
 
 #if defined(__AVX2__) || defined(__AVX512F__)
-// GCC 12 reports its own intrinsics' _mm512_undefined_ps() as maybe-uninitialized once they are inlined
-// (GCC bug 105593); the state in force where the intrinsics are defined decides, so it is silenced for
-// this include only.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#else
 #include <immintrin.h>
 #endif
-#endif
+
 
 namespace flashattn::cpu {
 
@@ -149,6 +140,9 @@ struct Simd<double, Isa::Avx2> {
 #endif
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
+// GCC 12 implements some unmasked AVX-512 intrinsics with an _mm512_undefined_ps() pass-through that it
+// then reports as maybe-uninitialized in the caller (GCC bug 105593). The all-lanes masked forms below
+// (mask 0xFFFF, pass-through = a defined operand) compile to the same instructions without the warning.
 template <>
 struct Simd<float, Isa::Avx512> {
   using Reg = __m512;
@@ -161,15 +155,17 @@ struct Simd<float, Isa::Avx512> {
   static Reg sub(Reg a, Reg b) { return _mm512_sub_ps(a, b); }
   static Reg mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
   static Reg fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
-  static Reg max(Reg a, Reg b) { return _mm512_max_ps(a, b); }
+  static Reg max(Reg a, Reg b) { return _mm512_mask_max_ps(a, 0xFFFF, a, b); }
   // 2^x = 2^f · 2^n with n = round(x): scalef applies 2^n with exact IEEE handling, giving 0 below the
   // subnormal range. x is first clamped to >= -200 so that -inf does not become (-inf) - (-inf) = NaN;
   // max_ps returns its second operand for NaN, so NaN passes through the clamp.
   static Reg exp2_nonpositive(Reg x) {
-    x = _mm512_max_ps(_mm512_set1_ps(-200.0f), x);
-    const Reg n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const Reg lowest = _mm512_set1_ps(-200.0f);
+    x = _mm512_mask_max_ps(x, 0xFFFF, lowest, x);
+    const Reg n = _mm512_mask_roundscale_ps(x, 0xFFFF, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const Reg f = _mm512_sub_ps(x, n);
-    return _mm512_scalef_ps(detail::exp2_poly(f, fma, set1), n);
+    const Reg p = detail::exp2_poly(f, fma, set1);
+    return _mm512_mask_scalef_ps(p, 0xFFFF, p, n);
   }
 };
 
@@ -185,7 +181,7 @@ struct Simd<double, Isa::Avx512> {
   static Reg sub(Reg a, Reg b) { return _mm512_sub_pd(a, b); }
   static Reg mul(Reg a, Reg b) { return _mm512_mul_pd(a, b); }
   static Reg fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_pd(a, b, c); }
-  static Reg max(Reg a, Reg b) { return _mm512_max_pd(a, b); }
+  static Reg max(Reg a, Reg b) { return _mm512_mask_max_pd(a, 0xFF, a, b); }
   static Reg exp2_nonpositive(Reg x) { return exp2_lanewise<Simd>(x); }
 };
 #endif

@@ -1,0 +1,158 @@
+// Naive (Eigen GEMMs, materialised S) vs tiled forward attention, with same-run references.
+//
+//   bench_forward [--benchmark_filter=...]      (Google Benchmark flags)
+//
+// Benchmarks are named <path>/<dtype>/N/d/causal/threads. Counters:
+//   GFLOP/s       4·B·H·N²·d per call (× 0.5 when causal)
+//   x_sgemm       GFLOP/s ÷ the best same-thread-count sgemm measured at startup (OpenBLAS if linked, else Eigen)
+//   x_fma_peak    GFLOP/s ÷ the FMA peak measured at startup
+//   scratch_B     peak bytes of tracked kernel scratch (tiled) or of the materialised S (naive)
+#include <benchmark/benchmark.h>
+
+#include <Eigen/Core>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "flashattn/flashattn.hpp"
+#include "flashattn/naive.hpp"
+#include "references.hpp"
+
+namespace {
+
+using flashattn::index_t;
+
+struct References {
+  double fma_peak = 0, sgemm = 0, eigen_sgemm = 0, openblas_sgemm = 0;
+};
+References g_refs[3];  // by thread count 1, 2 (index = threads)
+
+int all_threads() { return int(std::max(1u, std::thread::hardware_concurrency())); }
+
+// Heads per call: 8 (the B=1, H=8) up to N=4096; fewer beyond, so that one call stays ~1 s.
+index_t heads_for(index_t n) { return n <= 4096 ? 8 : std::max<index_t>(1, 8 * 4096 * 4096 / (n * n)); }
+
+template <class T>
+struct Problem {
+  index_t n, d, h;
+  std::vector<T> q, k, v, o;
+  Problem(index_t n_, index_t d_, index_t h_) : n(n_), d(d_), h(h_) {
+    const std::size_t size = std::size_t(n * h * d);
+    q.resize(size), k.resize(size), v.resize(size), o.resize(size);
+    std::mt19937 gen(42);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (auto* x : {&q, &k, &v})
+      for (auto& e : *x) e = T(dist(gen));
+  }
+  flashattn::TensorView<const T> view(const std::vector<T>& x) const { return flashattn::bshd(x.data(), 1, n, h, d); }
+  flashattn::TensorView<T> out() { return flashattn::bshd(o.data(), 1, n, h, d); }
+};
+
+template <class T>
+const char* dtype_name() {
+  if constexpr (std::is_same_v<T, float>) return "fp32";
+  if constexpr (std::is_same_v<T, Eigen::bfloat16>) return "bf16";
+  if constexpr (std::is_same_v<T, Eigen::half>) return "fp16";
+  return "fp64";
+}
+
+void set_counters(benchmark::State& state, double flops_per_call, double seconds, int threads, double scratch) {
+  const double gflops = flops_per_call * double(state.iterations()) / seconds * 1e-9;
+  const References& r = g_refs[std::min(threads, 2)];
+  state.counters["GFLOP/s"] = gflops;
+  state.counters["x_sgemm"] = gflops / r.sgemm;
+  state.counters["x_fma_peak"] = gflops / r.fma_peak;
+  state.counters["scratch_B"] = scratch;
+}
+
+template <class T>
+void bm_tiled(benchmark::State& state) {
+  const index_t n = state.range(0), d = state.range(1);
+  const bool causal = state.range(2) != 0;
+  const int threads = int(state.range(3));
+  Problem<T> p(n, d, heads_for(n));
+  flashattn::AttentionOptions opts;
+  opts.causal = causal;
+  opts.num_threads = threads;
+  auto call = [&] { flashattn::attention_forward(p.view(p.q), p.view(p.k), p.view(p.v), p.out(), opts); };
+  call();  // warm-up
+  flashattn::cpu::reset_scratch_peak();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    call();
+    benchmark::DoNotOptimize(p.o.data());
+  }
+  const double sec = flashattn::bench::seconds_since(t0);
+  const double flops = 4.0 * double(p.h) * double(n) * double(n) * double(d) * (causal ? 0.5 : 1.0);
+  set_counters(state, flops, sec, threads, double(flashattn::cpu::scratch_stats().peak_bytes));
+}
+
+template <class T>
+void bm_naive(benchmark::State& state) {
+  const index_t n = state.range(0), d = state.range(1);
+  const bool causal = state.range(2) != 0;
+  const int threads = int(state.range(3));
+  Eigen::setNbThreads(threads);
+  Problem<T> p(n, d, heads_for(n));
+  flashattn::AttentionOptions opts;
+  opts.causal = causal;
+  auto call = [&] { flashattn::naive_attention_forward(p.view(p.q), p.view(p.k), p.view(p.v), p.out(), opts); };
+  call();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    call();
+    benchmark::DoNotOptimize(p.o.data());
+  }
+  const double sec = flashattn::bench::seconds_since(t0);
+  const double flops = 4.0 * double(p.h) * double(n) * double(n) * double(d) * (causal ? 0.5 : 1.0);
+  set_counters(state, flops, sec, threads, double(n) * double(n) * sizeof(flashattn::cpu::acc_t<T>));
+}
+
+template <class T>
+void register_all(const char* path, void (*fn)(benchmark::State&), index_t max_n) {
+  for (index_t n : {512, 1024, 2048, 4096, 8192, 16384}) {
+    if (n > max_n) continue;
+    for (index_t d : {64, 128, 256})
+      for (int causal : {0, 1})
+        for (int threads : {1, all_threads()}) {
+          const std::string name = std::string(path) + "/" + dtype_name<T>() + "/N:" + std::to_string(n) +
+                                   "/d:" + std::to_string(d) + "/causal:" + std::to_string(causal) +
+                                   "/threads:" + std::to_string(threads);
+          benchmark::RegisterBenchmark(name.c_str(), fn)
+              ->Args({n, d, causal, threads})
+              ->Unit(benchmark::kMillisecond)
+              ->MinTime(0.3)
+              ->UseRealTime();
+        }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  // References first, for 1 thread and for all threads.
+  for (int threads : {1, all_threads()}) {
+    References& r = g_refs[std::min(threads, 2)];
+    r.fma_peak = flashattn::bench::fma_peak_gflops(threads);
+    r.eigen_sgemm = flashattn::bench::eigen_sgemm_gflops(2048, 2048, 2048, threads);
+    r.sgemm = r.eigen_sgemm;
+#if defined(FLASHATTN_HAVE_OPENBLAS)
+    r.openblas_sgemm = flashattn::bench::openblas_sgemm_gflops(2048, 2048, 2048, threads);
+    r.sgemm = std::max(r.sgemm, r.openblas_sgemm);
+#endif
+    std::printf("reference threads=%d: fma_peak %.1f GFLOP/s, eigen sgemm 2048^3 %.1f, openblas sgemm 2048^3 %.1f\n",
+                threads, r.fma_peak, r.eigen_sgemm, r.openblas_sgemm);
+    benchmark::AddCustomContext("ref_threads" + std::to_string(threads),
+                                "fma_peak=" + std::to_string(r.fma_peak) + " eigen_sgemm=" + std::to_string(r.eigen_sgemm) +
+                                    " openblas_sgemm=" + std::to_string(r.openblas_sgemm));
+  }
+  register_all<float>("naive", bm_naive<float>, 16384);
+  register_all<float>("tiled", bm_tiled<float>, 16384);
+  register_all<Eigen::bfloat16>("tiled", bm_tiled<Eigen::bfloat16>, 16384);
+  register_all<Eigen::half>("tiled", bm_tiled<Eigen::half>, 16384);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+}

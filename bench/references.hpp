@@ -1,0 +1,88 @@
+#pragma once
+// Same-run reference rates for the benchmarks: the machine's FMA peak (a register-resident loop) and GEMM
+// rates (Eigen's, and OpenBLAS's sgemm when available), each the median of several repetitions. Every
+// performance claim is a ratio against these, measured in the same process (../shared/MEASURING.md).
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "flashattn/cpu/parallel.hpp"
+#include "flashattn/cpu/simd.hpp"
+
+#if defined(FLASHATTN_HAVE_OPENBLAS)
+#include <cblas.h>
+extern "C" void openblas_set_num_threads(int);
+#endif
+
+namespace flashattn::bench {
+
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+template <class F>
+double median_seconds(int reps, F&& f) {
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    t.push_back(seconds_since(t0));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// FMA peak: 16 independent accumulators per thread (enough to cover latency × 2 FMA pipes), nothing but
+// FMAs in the loop. GFLOP/s counts 2 flops per lane per FMA.
+inline double fma_peak_gflops(int threads = 1) {
+  using V = cpu::Simd<float, cpu::kBestIsa>;
+  constexpr long kIters = 20'000'000;
+  auto kernel = [] {
+    typename V::Reg acc[16];
+    for (auto& a : acc) a = V::set1(1.0f);
+    const typename V::Reg x = V::set1(0.999999f), y = V::set1(1e-7f);
+    for (long i = 0; i < kIters; ++i) {
+#pragma GCC unroll 16
+      for (auto& a : acc) a = V::fma(a, x, y);  // a serial chain per accumulator: not foldable
+    }
+    float sink[V::width];
+    typename V::Reg s = acc[0];
+    for (int k = 1; k < 16; ++k) s = V::add(s, acc[k]);
+    V::store(sink, s);
+    asm volatile("" ::"m"(sink));
+  };
+  const double sec = median_seconds(5, [&] {
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(kernel);
+    kernel();
+    for (auto& th : pool) th.join();
+  });
+  return double(threads) * kIters * 16.0 * V::width * 2.0 / sec * 1e-9;
+}
+
+// C (m, n) = A (m, k) · B (k, n), fp32, Eigen.
+inline double eigen_sgemm_gflops(int m, int n, int k, int threads = 1) {
+  Eigen::setNbThreads(threads);
+  Eigen::MatrixXf a = Eigen::MatrixXf::Random(m, k), b = Eigen::MatrixXf::Random(k, n), c(m, n);
+  c.noalias() = a * b;  // warm-up
+  const double sec = median_seconds(5, [&] { c.noalias() = a * b; });
+  return 2.0 * m * n * k / sec * 1e-9;
+}
+
+#if defined(FLASHATTN_HAVE_OPENBLAS)
+inline double openblas_sgemm_gflops(int m, int n, int k, int threads = 1) {
+  openblas_set_num_threads(threads);
+  std::vector<float> a(std::size_t(m) * k, 0.5f), b(std::size_t(k) * n, 0.25f), c(std::size_t(m) * n);
+  auto run = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
+  };
+  run();
+  const double sec = median_seconds(5, run);
+  return 2.0 * m * n * k / sec * 1e-9;
+}
+#endif
+
+}  // namespace flashattn::bench
