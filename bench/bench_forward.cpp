@@ -3,7 +3,8 @@
 //   bench_forward [--benchmark_filter=...]      (Google Benchmark flags)
 //
 // Benchmarks are named <path>/<dtype>/N/d/causal/threads. Counters:
-//   GFLOP/s       4·B·H·N²·d per call (× 0.5 when causal)
+//   GFLOP/s       4·B·H·N²·d per call (× 0.5 when causal), per second of process CPU time for one thread
+//                 (robust to load on the other core) and of wall time for several
 //   x_sgemm       GFLOP/s ÷ the best same-thread-count sgemm measured at startup (OpenBLAS if linked, else Eigen)
 //   x_fma_peak    GFLOP/s ÷ the FMA peak measured at startup
 //   scratch_B     peak bytes of tracked kernel scratch (tiled) or of the materialised S (naive)
@@ -79,12 +80,13 @@ void bm_tiled(benchmark::State& state) {
   auto call = [&] { flashattn::attention_forward(p.view(p.q), p.view(p.k), p.view(p.v), p.out(), opts); };
   call();  // warm-up
   flashattn::cpu::reset_scratch_peak();
-  const auto t0 = std::chrono::steady_clock::now();
+  const flashattn::bench::RateClock clock(threads);
+  const double t0 = clock.now();
   for (auto _ : state) {
     call();
     benchmark::DoNotOptimize(p.o.data());
   }
-  const double sec = flashattn::bench::seconds_since(t0);
+  const double sec = clock.now() - t0;
   const double flops = 4.0 * double(p.h) * double(n) * double(n) * double(d) * (causal ? 0.5 : 1.0);
   set_counters(state, flops, sec, threads, double(flashattn::cpu::scratch_stats().peak_bytes));
 }
@@ -100,12 +102,13 @@ void bm_naive(benchmark::State& state) {
   opts.causal = causal;
   auto call = [&] { flashattn::naive_attention_forward(p.view(p.q), p.view(p.k), p.view(p.v), p.out(), opts); };
   call();
-  const auto t0 = std::chrono::steady_clock::now();
+  const flashattn::bench::RateClock clock(threads);
+  const double t0 = clock.now();
   for (auto _ : state) {
     call();
     benchmark::DoNotOptimize(p.o.data());
   }
-  const double sec = flashattn::bench::seconds_since(t0);
+  const double sec = clock.now() - t0;
   const double flops = 4.0 * double(p.h) * double(n) * double(n) * double(d) * (causal ? 0.5 : 1.0);
   set_counters(state, flops, sec, threads, double(n) * double(n) * sizeof(flashattn::cpu::acc_t<T>));
 }

@@ -5,7 +5,9 @@
 
 namespace flashattn::cpu {
 
-enum class Isa { Portable, Avx2, Avx512 };
+// Avx512Bf16 is Avx512 plus the bf16 dot-product instruction (vdpbf16ps), which the bf16 kernels use to
+// multiply bf16 tiles without converting them; for every other storage type it behaves as Avx512.
+enum class Isa { Portable, Avx2, Avx512, Avx512Bf16 };
 
 // Paths compiled into this translation unit.
 inline constexpr bool kHasAvx2 =
@@ -21,14 +23,30 @@ inline constexpr bool kHasAvx512 =
     false;
 #endif
 
-inline constexpr Isa kBestIsa = kHasAvx512 ? Isa::Avx512 : kHasAvx2 ? Isa::Avx2 : Isa::Portable;
+inline constexpr bool kHasAvx512Bf16 =
+#if defined(__AVX512BF16__)
+    kHasAvx512;
+#else
+    false;
+#endif
+
+inline constexpr Isa kBestIsa = kHasAvx512Bf16 ? Isa::Avx512Bf16
+                                : kHasAvx512   ? Isa::Avx512
+                                : kHasAvx2     ? Isa::Avx2
+                                               : Isa::Portable;
 
 constexpr bool is_compiled(Isa isa) {
-  return isa == Isa::Portable || (isa == Isa::Avx2 && kHasAvx2) || (isa == Isa::Avx512 && kHasAvx512);
+  return isa == Isa::Portable || (isa == Isa::Avx2 && kHasAvx2) || (isa == Isa::Avx512 && kHasAvx512) ||
+         (isa == Isa::Avx512Bf16 && kHasAvx512Bf16);
 }
 
+constexpr bool is_avx512(Isa isa) { return isa == Isa::Avx512 || isa == Isa::Avx512Bf16; }
+
 constexpr const char* isa_name(Isa isa) {
-  return isa == Isa::Avx512 ? "avx512" : isa == Isa::Avx2 ? "avx2" : "portable";
+  return isa == Isa::Avx512Bf16 ? "avx512bf16"
+         : isa == Isa::Avx512   ? "avx512"
+         : isa == Isa::Avx2     ? "avx2"
+                                : "portable";
 }
 
 }  // namespace flashattn::cpu

@@ -1,11 +1,11 @@
 #pragma once
 // The online softmax of FlashAttention, for a block of BlockQ query rows. Scores arrive one key tile at a
-// time, stored transposed: st[j * BlockQ + i] is the score of query row i against key j of the tile, so
-// that a packet holds consecutive query rows and every reduction over keys is a vertical (lane-wise) max
-// or sum. Scores are kept in base-2 units (the caller folds log2(e) into the scale) so that exp becomes
-// exp2.
+// time, stored transposed: st[j * BlockQ + i] is the raw score of query row i against key j of the tile,
+// so that a packet holds consecutive query rows and every reduction over keys is a vertical (lane-wise)
+// max or sum. update() takes the factor c that turns raw scores into base-2 units (scale·log2 e), so
+// that exp becomes exp2 and the scaling costs nothing: c > 0 commutes with max, and c·s − m is one FMA.
 //
-// The recurrence, per query row, over key tiles t = 1, 2, ...:
+// The recurrence, per query row, over key tiles t = 1, 2, ..., with s_j = c·(raw score j):
 //   m_t = max(m_{t-1}, max_j s_j)                 running max
 //   p_j = 2^(s_j - m_t)                           this tile's unnormalised probabilities
 //   ℓ_t = 2^(m_{t-1} - m_t) · ℓ_{t-1} + Σ_j p_j   running sum
@@ -39,28 +39,30 @@ class OnlineSoftmax {
     }
   }
 
-  // st: (cols, BlockQ) scores in base-2 units, overwritten with p. alpha: (BlockQ) rescale factors for O.
-  void update(Acc* st, int cols, Acc* alpha) {
+  // st: (cols, BlockQ) raw scores, overwritten with p. score_scale: c > 0 above. alpha: (BlockQ) rescale
+  // factors for O.
+  void update(Acc* st, int cols, Acc score_scale, Acc* alpha) {
+    const typename V::Reg c = V::set1(score_scale);
     constexpr Acc neg_inf = -std::numeric_limits<Acc>::infinity();
     for (int i = 0; i < BlockQ; i += V::width) {
       typename V::Reg tile_max = V::set1(neg_inf);
       for (int j = 0; j < cols; ++j) tile_max = V::max(tile_max, V::load(st + j * BlockQ + i));
       const typename V::Reg m_old = V::load(m_ + i);
-      const typename V::Reg m_new = V::max(m_old, tile_max);
+      const typename V::Reg m_new = V::max(m_old, V::mul(tile_max, c));
       V::store(m_ + i, m_new);
       // The −inf guard: subtract 0 where the row has seen no finite score yet.
       alignas(64) Acc m_safe[V::width];
       V::store(m_safe, m_new);
       for (Acc& m : m_safe) m = (m == neg_inf) ? Acc(0) : m;
-      const typename V::Reg shift = V::load(m_safe);
+      const typename V::Reg neg_shift = V::sub(V::zero(), V::load(m_safe));
 
       typename V::Reg row_sum = V::zero();
       for (int j = 0; j < cols; ++j) {
-        const typename V::Reg p = V::exp2_nonpositive(V::sub(V::load(st + j * BlockQ + i), shift));
+        const typename V::Reg p = V::exp2_nonpositive(V::fma(V::load(st + j * BlockQ + i), c, neg_shift));
         V::store(st + j * BlockQ + i, p);
         row_sum = V::add(row_sum, p);
       }
-      const typename V::Reg a = V::exp2_nonpositive(V::sub(m_old, shift));
+      const typename V::Reg a = V::exp2_nonpositive(V::add(m_old, neg_shift));
       V::store(alpha + i, a);
       V::store(l_ + i, V::fma(V::load(l_ + i), a, row_sum));
     }

@@ -184,6 +184,10 @@ struct Simd<double, Isa::Avx512> {
   static Reg max(Reg a, Reg b) { return _mm512_mask_max_pd(a, 0xFF, a, b); }
   static Reg exp2_nonpositive(Reg x) { return exp2_lanewise<Simd>(x); }
 };
+
+// Same packets; the bf16 dot products live in the bf16 tile ops.
+template <class Acc>
+struct Simd<Acc, Isa::Avx512Bf16> : Simd<Acc, Isa::Avx512> {};
 #endif
 
 }  // namespace flashattn::cpu

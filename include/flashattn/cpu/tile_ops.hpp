@@ -14,8 +14,12 @@
 // broadcast feeds NI.
 
 #include <algorithm>
+#include <cstddef>
+#include <type_traits>
 
+#include "flashattn/cpu/convert.hpp"
 #include "flashattn/cpu/simd.hpp"
+#include "flashattn/cpu/tiles.hpp"
 #include "flashattn/views.hpp"
 
 // Register blocks live in small arrays indexed by compile-time loops; unrolling those loops is what puts
@@ -43,7 +47,7 @@ struct TileOps {
   // the operands (16 of 32 zmm; 8 of 16 ymm). Two query packets per block (NI = 2, so NJ = 8 on AVX-512)
   // measured fastest on Zen 5: 225 GFLOP/s for both qk and pv at BlockQ = 64, d = 128, against 100–150
   // for NI = 4 (GCC spills part of the 4 × 4 block) and 78 for NI = 1 (docs/performance.md).
-  static constexpr int kAccumulators = isa == Isa::Avx512 ? 16 : 8;
+  static constexpr int kAccumulators = is_avx512(isa) ? 16 : 8;
   static constexpr int NI = kQueryPackets % 2 == 0 ? 2 : 1;
   static constexpr int NJ = std::max(1, kAccumulators / NI);
   static constexpr int NC = NJ;
@@ -120,6 +124,70 @@ struct TileOps {
         FLASHATTN_UNROLL
         for (int ii = 0; ii < NI; ++ii) V::store(ot + cc * BlockQ + (i0 + ii) * W, acc[cc][ii]);
     }
+  }
+};
+
+}  // namespace flashattn::cpu
+
+namespace flashattn::cpu {
+
+// The tile ops as a storage type sees them: how Q, K and V tiles are staged for the micro-kernels and
+// which micro-kernels multiply them. This generic version stages 16-bit (or strided) inputs into Acc
+// and runs the FMA micro-kernels above; K and V that already are Acc with unit dim stride are read in
+// place. Specialisations (tile_ops_bf16.hpp) keep 16-bit data and use dot-product instructions.
+template <class T, int BlockQ, int BlockKV, int HeadDim, Isa isa, class = void>
+struct StorageOps {
+  using Acc = acc_t<T>;
+  using Gemm = TileOps<Acc, BlockQ, HeadDim, isa>;
+  using QElem = Acc;   // element of the staged Qᵀ tile
+  using KvElem = Acc;  // element of a staged K or V tile
+
+  struct KvTile {
+    const KvElem* data;
+    index_t ld;  // elements between consecutive rows
+  };
+
+  static std::size_t q_elems(int d) { return std::size_t(d) * BlockQ; }
+  static std::size_t kv_stage_elems(int d) { return std::size_t(BlockKV) * d; }
+
+  // qt (d, BlockQ) = Q[q0 : q0 + rows]ᵀ, zero in the padding rows of a tail block.
+  static void load_q(QElem* qt, Acc* row_buf, const TensorView<const T>& q, index_t b, index_t h, index_t q0,
+                     int rows, int d) {
+    for (int i = 0; i < rows; ++i) {
+      load_row(row_buf, q.row(b, q0 + i, h), q.stride_dim, d);
+      for (int c = 0; c < d; ++c) qt[c * BlockQ + i] = row_buf[c];
+    }
+    for (int c = 0; c < d; ++c)
+      for (int i = rows; i < BlockQ; ++i) qt[c * BlockQ + i] = Acc(0);
+  }
+
+  // Rows [k0, k0 + cols) of one head of K or V as a row-major Acc matrix: in place when possible, else
+  // converted into `stage` (once per tile, amortised over BlockQ query rows).
+  static KvTile stage_k(KvElem* stage, const TensorView<const T>& k, index_t b, index_t h, index_t k0, int cols,
+                        int d) {
+    return stage_rows(stage, k, b, h, k0, cols, d);
+  }
+  static KvTile stage_v(KvElem* stage, const TensorView<const T>& v, index_t b, index_t h, index_t k0, int cols,
+                        int d) {
+    return stage_rows(stage, v, b, h, k0, cols, d);
+  }
+
+  // st (cols, BlockQ) = raw scores K·Qᵀ.
+  static void qk(Acc* st, const QElem* qt, KvTile k, int cols, int d) { Gemm::qk(st, qt, k.data, k.ld, cols, d); }
+
+  // ot (d, BlockQ) = ot · diag(alpha) + Vᵀ·Pᵀ, with pt (cols, BlockQ) the probabilities.
+  static void pv(Acc* ot, const Acc* alpha, Acc* pt, KvTile v, int cols, int d) {
+    Gemm::pv(ot, alpha, pt, v.data, v.ld, cols, d);
+  }
+
+ private:
+  static KvTile stage_rows(KvElem* stage, const TensorView<const T>& x, index_t b, index_t h, index_t k0, int cols,
+                           int d) {
+    if constexpr (std::is_same_v<T, Acc>) {
+      if (x.stride_dim == 1) return {x.row(b, k0, h), x.stride_seq};
+    }
+    for (int j = 0; j < cols; ++j) load_row(stage + std::size_t(j) * d, x.row(b, k0 + j, h), x.stride_dim, d);
+    return {stage, d};
   }
 };
 

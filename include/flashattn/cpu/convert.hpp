@@ -1,0 +1,50 @@
+#pragma once
+// Loading storage types into accumulator types, a row at a time: the staging step of the kernels for
+// 16-bit and strided inputs. Vectorised for the common case (unit stride): bf16 -> fp32 is a 16-bit
+// shift, fp16 -> fp32 is F16C's vcvtph2ps. Knows Eigen's 16-bit types by name only (forward declared),
+// so nothing here includes Eigen.
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "flashattn/cpu/simd.hpp"
+#include "flashattn/views.hpp"
+
+namespace Eigen {
+struct half;
+struct bfloat16;
+}  // namespace Eigen
+
+namespace flashattn::cpu {
+
+template <class T>
+inline constexpr bool is_bf16 = std::is_same_v<std::remove_cv_t<T>, Eigen::bfloat16>;
+template <class T>
+inline constexpr bool is_fp16 = std::is_same_v<std::remove_cv_t<T>, Eigen::half>;
+
+// dst[0 .. n) = Acc(src[0], src[stride], ..., src[(n - 1) * stride]) · scale.
+template <class Acc, class T>
+inline void load_row(Acc* dst, const T* src, index_t stride, int n, Acc scale = Acc(1)) {
+  int c = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  if constexpr (std::is_same_v<Acc, float> && (is_bf16<T> || is_fp16<T>)) {
+    if (stride == 1) {
+      const __m512 s = _mm512_set1_ps(scale);
+      for (; c + 16 <= n; c += 16) {
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + c));
+        __m512 x;
+        if constexpr (is_bf16<T>) {
+          x = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+        } else {
+          x = _mm512_cvtph_ps(h);
+        }
+        _mm512_storeu_ps(dst + c, _mm512_mul_ps(x, s));
+      }
+    }
+  }
+#endif
+  for (; c < n; ++c) dst[c] = static_cast<Acc>(static_cast<Acc>(src[c * stride]) * scale);
+}
+
+}  // namespace flashattn::cpu

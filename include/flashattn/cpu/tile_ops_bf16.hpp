@@ -1,0 +1,230 @@
+#pragma once
+// bf16 tiles multiplied by the CPU's bf16 dot-product instruction (AVX512_BF16's vdpbf16ps: per fp32 lane,
+// acc += a0·b0 + a1·b1 over a pair of bf16), so bf16 data is never widened before the multiply and each
+// instruction does twice the work of an fp32 FMA. Products of two bf16 are exact in fp32 and the sums
+// are fp32: the accumulation is fp32, as for the other storage types.
+//
+// The transposed layout of tile_ops.hpp carries over with pairs along the reduction dimension:
+//   qk: Qᵀ is staged as (d/2, BlockQ) pairs (Q[i][2p], Q[i][2p+1]); a K row already holds its pairs
+//       (K[j][2p], K[j][2p+1]) side by side, so K is read in place with 32-bit broadcasts.
+//   pv: P (fp32 from the softmax) is packed into (cols/2, BlockQ) pairs (P[2q][i], P[2q+1][i]) in place,
+//       and a V tile is staged as (cols/2, d) pairs (V[2q][c], V[2q+1][c]).
+// Odd head dims and odd tile widths are padded with zero pairs.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "flashattn/cpu/tile_ops.hpp"
+
+#if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512DQ__)
+
+namespace flashattn::cpu {
+
+namespace detail {
+template <class Bf16>
+std::uint16_t bf16_bits(const Bf16* x) {
+  static_assert(sizeof(Bf16) == 2, "bf16 storage is 16 bits");
+  std::uint16_t bits;
+  std::memcpy(&bits, x, sizeof bits);
+  return bits;
+}
+// One pair of bf16 (32 bits) broadcast to every lane.
+inline __m512bh broadcast_pair(const void* p) {
+  std::uint32_t pair;
+  std::memcpy(&pair, p, sizeof pair);
+  return (__m512bh)_mm512_set1_epi32(int(pair));
+}
+inline __m512bh load_pairs(const void* p) { return (__m512bh)_mm512_loadu_si512(p); }
+}  // namespace detail
+
+// T is Eigen::bfloat16 (kept a template parameter so that this header needs no Eigen).
+template <class T, int BlockQ, int BlockKV, int HeadDim>
+struct StorageOps<T, BlockQ, BlockKV, HeadDim, Isa::Avx512Bf16, std::enable_if_t<is_bf16<T>>> {
+  using Acc = float;
+  using QElem = std::uint32_t;   // a pair of bf16
+  using KvElem = std::uint16_t;  // bf16 bits
+
+  static constexpr int W = 16;
+  static constexpr int kQueryPackets = BlockQ / W;
+  static_assert(BlockQ % W == 0, "BlockQ must be a multiple of 16 for the bf16 kernels");
+  static constexpr int NI = kQueryPackets % 2 == 0 ? 2 : 1;
+  static constexpr int NJ = 16 / NI;
+  static constexpr int NC = NJ;
+
+  struct KvTile {
+    const KvElem* data;
+    index_t ld;  // elements between rows: of K rows for K; of pair rows (in bf16 elements) for V
+  };
+
+  static int pairs(int n) { return (n + 1) / 2; }
+  static std::size_t q_elems(int d) { return std::size_t(pairs(d)) * BlockQ; }
+  // K: (BlockKV, 2·⌈d/2⌉) bf16; V: (⌈BlockKV/2⌉, d) pairs — the larger of the two.
+  static std::size_t kv_stage_elems(int d) {
+    return std::max(std::size_t(BlockKV) * 2 * pairs(d), std::size_t(2 * pairs(BlockKV)) * d);
+  }
+
+  // qt (⌈d/2⌉, BlockQ) pairs of Q[q0 : q0 + rows], zero pairs in padding rows and past an odd d.
+  static void load_q(QElem* qt, Acc* /*row_buf*/, const TensorView<const T>& q, index_t b, index_t h, index_t q0,
+                     int rows, int d) {
+    const int d2 = pairs(d);
+    for (int i = 0; i < rows; ++i) {
+      const T* row = q.row(b, q0 + i, h);
+      for (int p = 0; p < d2; ++p) {
+        const std::uint32_t lo = detail::bf16_bits(row + 2 * p * q.stride_dim);
+        const std::uint32_t hi = 2 * p + 1 < d ? detail::bf16_bits(row + (2 * p + 1) * q.stride_dim) : 0u;
+        qt[p * BlockQ + i] = lo | (hi << 16);
+      }
+    }
+    for (int p = 0; p < d2; ++p)
+      for (int i = rows; i < BlockQ; ++i) qt[p * BlockQ + i] = 0u;
+  }
+
+  // K rows in place when their pairs are adjacent in memory (unit dim stride, even d); else staged.
+  static KvTile stage_k(KvElem* stage, const TensorView<const T>& k, index_t b, index_t h, index_t k0, int cols,
+                        int d) {
+    if (k.stride_dim == 1 && d % 2 == 0) return {reinterpret_cast<const KvElem*>(k.row(b, k0, h)), k.stride_seq};
+    const int width = 2 * pairs(d);
+    for (int j = 0; j < cols; ++j) {
+      const T* row = k.row(b, k0 + j, h);
+      for (int c = 0; c < width; ++c) stage[j * width + c] = c < d ? detail::bf16_bits(row + c * k.stride_dim) : 0;
+    }
+    return {stage, width};
+  }
+
+  // V rows 2q and 2q + 1 interleaved into pair row q: (V[2q][c], V[2q+1][c]) for every c.
+  static KvTile stage_v(KvElem* stage, const TensorView<const T>& v, index_t b, index_t h, index_t k0, int cols,
+                        int d) {
+    const __m512i lo_idx = interleave_index(0), hi_idx = interleave_index(16);
+    for (int q = 0; q < pairs(cols); ++q) {
+      const T* r0 = v.row(b, k0 + 2 * q, h);
+      const T* r1 = 2 * q + 1 < cols ? v.row(b, k0 + 2 * q + 1, h) : nullptr;
+      KvElem* out = stage + std::size_t(q) * 2 * d;
+      int c = 0;
+      if (v.stride_dim == 1) {
+        for (; c + 32 <= d; c += 32) {
+          const __m512i a = _mm512_loadu_si512(r0 + c);
+          const __m512i z = r1 ? _mm512_loadu_si512(r1 + c) : _mm512_setzero_si512();
+          _mm512_storeu_si512(out + 2 * c, _mm512_permutex2var_epi16(a, lo_idx, z));
+          _mm512_storeu_si512(out + 2 * c + 32, _mm512_permutex2var_epi16(a, hi_idx, z));
+        }
+      }
+      for (; c < d; ++c) {
+        out[2 * c] = detail::bf16_bits(r0 + c * v.stride_dim);
+        out[2 * c + 1] = r1 ? detail::bf16_bits(r1 + c * v.stride_dim) : 0;
+      }
+    }
+    return {stage, 2 * index_t(d)};
+  }
+
+  // st (cols, BlockQ) = raw scores K·Qᵀ.
+  static void qk(Acc* st, const QElem* qt, KvTile k, int cols, int d) {
+    const int d2 = HeadDim > 0 ? (HeadDim + 1) / 2 : pairs(d);
+    int j = 0;
+    for (; j + NJ <= cols; j += NJ, st += NJ * BlockQ, k.data += NJ * k.ld) qk_block<NJ>(st, qt, k, d2);
+    for (; j < cols; ++j, st += BlockQ, k.data += k.ld) qk_block<1>(st, qt, k, d2);
+  }
+
+  // ot (d, BlockQ) = ot · diag(alpha) + Vᵀ·Pᵀ. pt (cols, BlockQ) fp32 probabilities, packed to pairs in place.
+  static void pv(Acc* ot, const Acc* alpha, Acc* pt, KvTile v, int cols, int d) {
+    pack_p_pairs(pt, cols);
+    const QElem* p2 = reinterpret_cast<const QElem*>(pt);
+    const int width = HeadDim > 0 ? HeadDim : d;
+    const int cols2 = pairs(cols);
+    int c = 0;
+    for (; c + NC <= width; c += NC, ot += NC * BlockQ) pv_block<NC>(ot, alpha, p2, v.data + 2 * c, v.ld, cols2);
+    for (; c < width; ++c, ot += BlockQ) pv_block<1>(ot, alpha, p2, v.data + 2 * c, v.ld, cols2);
+  }
+
+ private:
+  // permutex2var index that interleaves 16 bf16 of `a` (from `first`) with the same 16 of `b`
+  // (index bit 5 selects b).
+  static __m512i interleave_index(int first) {
+    alignas(64) std::uint16_t idx[32];
+    for (int k = 0; k < 32; ++k) idx[k] = std::uint16_t(first + k / 2 + (k % 2 ? 32 : 0));
+    return _mm512_load_si512(idx);
+  }
+  // permutexvar index that interleaves the low and high 16 bf16 of one register: (x[k], x[16 + k]).
+  static __m512i halves_interleave_index() {
+    alignas(64) std::uint16_t idx[32];
+    for (int k = 0; k < 32; ++k) idx[k] = std::uint16_t(k / 2 + (k % 2 ? 16 : 0));
+    return _mm512_load_si512(idx);
+  }
+
+  // Rows 2q, 2q + 1 of fp32 P become pair row q (bf16, round to nearest even). Row q is written after rows
+  // 2q and 2q + 1 (both >= q) have been read, so packing in place is safe.
+  static void pack_p_pairs(Acc* pt, int cols) {
+    const __m512i idx = halves_interleave_index();
+    for (int q = 0; q < pairs(cols); ++q) {
+      for (int i = 0; i < BlockQ; i += W) {
+        const __m512 a = _mm512_loadu_ps(pt + 2 * q * BlockQ + i);
+        const __m512 b = 2 * q + 1 < cols ? _mm512_loadu_ps(pt + (2 * q + 1) * BlockQ + i) : _mm512_setzero_ps();
+        // cvtne2ps_pbh(b, a): a in the low 16 bf16, b in the high 16; then interleave them pairwise.
+        const __m512i ab = (__m512i)_mm512_cvtne2ps_pbh(b, a);
+        _mm512_storeu_si512(pt + q * BlockQ + i, _mm512_permutexvar_epi16(idx, ab));
+      }
+    }
+  }
+
+  template <int nj>
+  static void qk_block(Acc* st, const QElem* qt, KvTile k, int d2) {
+    for (int i0 = 0; i0 < kQueryPackets; i0 += NI) {
+      __m512 acc[nj][NI];
+      FLASHATTN_UNROLL
+      for (int jj = 0; jj < nj; ++jj)
+        FLASHATTN_UNROLL
+        for (int ii = 0; ii < NI; ++ii) acc[jj][ii] = _mm512_setzero_ps();
+      const QElem* q_col = qt + i0 * W;
+      for (int p = 0; p < d2; ++p, q_col += BlockQ) {
+        __m512bh q[NI];
+        FLASHATTN_UNROLL
+        for (int ii = 0; ii < NI; ++ii) q[ii] = detail::load_pairs(q_col + ii * W);
+        FLASHATTN_UNROLL
+        for (int jj = 0; jj < nj; ++jj) {
+          const __m512bh kb = detail::broadcast_pair(k.data + jj * k.ld + 2 * p);
+          FLASHATTN_UNROLL
+          for (int ii = 0; ii < NI; ++ii) acc[jj][ii] = _mm512_dpbf16_ps(acc[jj][ii], q[ii], kb);
+        }
+      }
+      FLASHATTN_UNROLL
+      for (int jj = 0; jj < nj; ++jj)
+        FLASHATTN_UNROLL
+        for (int ii = 0; ii < NI; ++ii) _mm512_storeu_ps(st + jj * BlockQ + (i0 + ii) * W, acc[jj][ii]);
+    }
+  }
+
+  template <int nc>
+  static void pv_block(Acc* ot, const Acc* alpha, const QElem* p2, const KvElem* v, index_t v_ld, int cols2) {
+    for (int i0 = 0; i0 < kQueryPackets; i0 += NI) {
+      __m512 acc[nc][NI];
+      FLASHATTN_UNROLL
+      for (int ii = 0; ii < NI; ++ii) {
+        const __m512 a = _mm512_loadu_ps(alpha + (i0 + ii) * W);
+        FLASHATTN_UNROLL
+        for (int cc = 0; cc < nc; ++cc) acc[cc][ii] = _mm512_mul_ps(_mm512_loadu_ps(ot + cc * BlockQ + (i0 + ii) * W), a);
+      }
+      const QElem* p_row = p2 + i0 * W;
+      const KvElem* v_row = v;
+      for (int q = 0; q < cols2; ++q, p_row += BlockQ, v_row += v_ld) {
+        __m512bh p[NI];
+        FLASHATTN_UNROLL
+        for (int ii = 0; ii < NI; ++ii) p[ii] = detail::load_pairs(p_row + ii * W);
+        FLASHATTN_UNROLL
+        for (int cc = 0; cc < nc; ++cc) {
+          const __m512bh vb = detail::broadcast_pair(v_row + 2 * cc);
+          FLASHATTN_UNROLL
+          for (int ii = 0; ii < NI; ++ii) acc[cc][ii] = _mm512_dpbf16_ps(acc[cc][ii], p[ii], vb);
+        }
+      }
+      FLASHATTN_UNROLL
+      for (int cc = 0; cc < nc; ++cc)
+        FLASHATTN_UNROLL
+        for (int ii = 0; ii < NI; ++ii) _mm512_storeu_ps(ot + cc * BlockQ + (i0 + ii) * W, acc[cc][ii]);
+    }
+  }
+};
+
+}  // namespace flashattn::cpu
+
+#endif
