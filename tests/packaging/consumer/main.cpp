@@ -8,6 +8,12 @@
 #include <cstdio>
 #include <vector>
 
+#if defined(CONSUMER_EXPECT_VERSION)
+static_assert(FLASHATTN_VERSION_MAJOR == CONSUMER_VERSION_MAJOR && FLASHATTN_VERSION_MINOR == CONSUMER_VERSION_MINOR &&
+                  FLASHATTN_VERSION_PATCH == CONSUMER_VERSION_PATCH,
+              "flashattn/version.hpp disagrees with the version of the installed CMake package");
+#endif
+
 namespace {
 
 // o[i] = sum_j softmax_j(scale * q_i . k_j) v_j over the keys query i may see (bottom-right causal).
