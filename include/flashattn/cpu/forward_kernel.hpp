@@ -54,9 +54,47 @@ class ForwardKernel {
     AlignedBuffer<Acc> ot_, st_, rows_;
   };
 
+  // Query rows [q0, q0 + BlockQ) of head h in batch b, against all keys: the final O and LSE rows.
   template <class Mask, class Accounting>
   static void run(const ForwardParams<T>& p, const Mask& mask, index_t b, index_t h, index_t q0, Scratch& s,
                   Accounting& acct) {
+    const int rows = int(std::min<index_t>(BlockQ, p.q.seq - q0));
+    const int d = HeadDim > 0 ? HeadDim : int(p.q.dim);
+    Softmax softmax;
+    attend(p, mask, b, h, q0, 0, p.k.seq, s, softmax, acct);
+
+    softmax.finalize(s.inv_l(), s.lse());
+    store_o(p.o, b, h, q0, rows, d, s.ot(), s.inv_l());
+    acct.write(Traffic::O, rows * d * index_t(sizeof(T)));
+    if (!p.lse.empty()) {
+      for (int i = 0; i < rows; ++i) p.lse(b, h, q0 + i) = float(s.lse()[i]);
+      acct.write(Traffic::Lse, index_t(rows) * index_t(sizeof(float)));
+    }
+  }
+
+  // The same rows against keys [kv_lo, kv_hi) only, for split-KV: writes the unnormalised O rows and the
+  // softmax state (running max in base-2 units, running sum) to `part` (rows of d, rows, rows).
+  template <class Mask, class Accounting>
+  static void run_partial(const ForwardParams<T>& p, const Mask& mask, index_t b, index_t h, index_t q0,
+                          index_t kv_lo, index_t kv_hi, Scratch& s, Acc* part_o, Acc* part_m, Acc* part_l,
+                          Accounting& acct) {
+    const int rows = int(std::min<index_t>(BlockQ, p.q.seq - q0));
+    const int d = HeadDim > 0 ? HeadDim : int(p.q.dim);
+    Softmax softmax;
+    attend(p, mask, b, h, q0, kv_lo, kv_hi, s, softmax, acct);
+    for (int i = 0; i < rows; ++i) {
+      part_m[i] = softmax.running_max(i);
+      part_l[i] = softmax.running_sum(i);
+      for (int c = 0; c < d; ++c) part_o[std::size_t(i) * d + c] = s.ot()[c * BlockQ + i];
+    }
+  }
+
+ private:
+  // The body of Algorithm 1 for one query block over keys [kv_lo, kv_hi): leaves the unnormalised Oᵀ in
+  // s.ot() and the running max and sum in `softmax`.
+  template <class Mask, class Accounting>
+  static void attend(const ForwardParams<T>& p, const Mask& mask, index_t b, index_t h, index_t q0, index_t kv_lo,
+                     index_t kv_hi, Scratch& s, Softmax& softmax, Accounting& acct) {
     const index_t q1 = std::min(q0 + BlockQ, p.q.seq);
     const int rows = int(q1 - q0);
     const int d = HeadDim > 0 ? HeadDim : int(p.q.dim);
@@ -71,11 +109,10 @@ class ForwardKernel {
     Ops::load_q(s.qt(), s.row_buf(), p.q, b, h, q0, rows, d);
     acct.read(Traffic::Q, rows * row_bytes);
     std::fill(s.ot(), s.ot() + std::size_t(d) * BlockQ, Acc(0));
-    Softmax softmax;
 
     // Clipped to the keys that exist, so that no mask policy, however written, can make us read past K/V.
-    const index_t kv_end = std::min(mask.kv_end(q0, q1), p.k.seq);
-    for (index_t k0 = std::max(mask.kv_begin(q0, q1), index_t{0}); k0 < kv_end; k0 += BlockKV) {
+    const index_t kv_end = std::min({mask.kv_end(q0, q1), kv_hi, p.k.seq});
+    for (index_t k0 = std::max({mask.kv_begin(q0, q1), kv_lo, index_t{0}}); k0 < kv_end; k0 += BlockKV) {
       const index_t k1 = std::min(k0 + BlockKV, kv_end);
       const TileKind kind = mask.tile(q0, q1, k0, k1);
       if (kind == TileKind::Empty) continue;
@@ -94,17 +131,8 @@ class ForwardKernel {
       acct.read(Traffic::V, cols * row_bytes);
       Ops::pv(s.ot(), s.alpha(), s.st(), v_tile, cols, d);  // Oᵀ (d, BlockQ)
     }
-
-    softmax.finalize(s.inv_l(), s.lse());
-    store_o(p.o, b, h, q0, rows, d, s.ot(), s.inv_l());
-    acct.write(Traffic::O, rows * row_bytes);
-    if (!p.lse.empty()) {
-      for (int i = 0; i < rows; ++i) p.lse(b, h, q0 + i) = float(s.lse()[i]);
-      acct.write(Traffic::Lse, index_t(rows) * index_t(sizeof(float)));
-    }
   }
 
- private:
   // Partial tiles: masked scores become −inf (probability exactly 0). Score modifiers are applied here, in
   // natural units.
   template <class Mask>

@@ -83,6 +83,10 @@ class OnlineSoftmax {
     }
   }
 
+  // The state itself, for combining partial results over several key ranges (split-KV).
+  Acc running_max(int i) const { return m_[i]; }
+  Acc running_sum(int i) const { return l_[i]; }
+
  private:
   alignas(64) Acc m_[BlockQ];  // running max, base-2 units
   alignas(64) Acc l_[BlockQ];  // running sum of 2^(s - m)

@@ -133,8 +133,9 @@ struct StorageOps<T, BlockQ, BlockKV, HeadDim, Isa::Avx512Bf16, std::enable_if_t
     const int width = HeadDim > 0 ? HeadDim : d;
     const int cols2 = pairs(cols);
     int c = 0;
-    for (; c + NC <= width; c += NC, ot += NC * BlockQ) pv_block<NC>(ot, alpha, p2, v.data + 2 * c, v.ld, cols2);
-    for (; c < width; ++c, ot += BlockQ) pv_block<1>(ot, alpha, p2, v.data + 2 * c, v.ld, cols2);
+    const KvElem* v_col = v.data;  // pair column c of the staged V
+    for (; c + NC <= width; c += NC, ot += NC * BlockQ, v_col += 2 * NC) pv_block<NC>(ot, alpha, p2, v_col, v.ld, cols2);
+    for (; c < width; ++c, ot += BlockQ, v_col += 2) pv_block<1>(ot, alpha, p2, v_col, v.ld, cols2);
   }
 
  private:
