@@ -12,6 +12,8 @@
 
 #include <Eigen/Core>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
@@ -28,9 +30,26 @@ using flashattn::index_t;
 struct References {
   double fma_peak = 0, sgemm = 0, eigen_sgemm = 0, openblas_sgemm = 0;
 };
-References g_refs[3];  // by thread count 1, 2 (index = threads)
+std::map<int, References> g_refs;  // by thread count
 
 int all_threads() { return int(std::max(1u, std::thread::hardware_concurrency())); }
+
+// Thread counts to benchmark: FLASHATTN_BENCH_THREADS="1,16" or, by default, 1 and every hardware thread.
+std::vector<int> thread_counts() {
+  std::vector<int> counts;
+  if (const char* env = std::getenv("FLASHATTN_BENCH_THREADS")) {
+    for (const char* c = env; *c;) {
+      char* end = nullptr;
+      const long t = std::strtol(c, &end, 10);
+      if (end == c) break;
+      if (t > 0) counts.push_back(int(t));
+      c = *end ? end + 1 : end;
+    }
+  }
+  if (counts.empty()) counts = {1, all_threads()};
+  if (counts.size() == 2 && counts[0] == counts[1]) counts.pop_back();
+  return counts;
+}
 
 // Heads per call: 8 (the B=1, H=8) up to N=4096; fewer beyond, so that one call stays ~1 s.
 index_t heads_for(index_t n) { return n <= 4096 ? 8 : std::max<index_t>(1, 8 * 4096 * 4096 / (n * n)); }
@@ -61,7 +80,7 @@ const char* dtype_name() {
 
 void set_counters(benchmark::State& state, double flops_per_call, double seconds, int threads, double scratch) {
   const double gflops = flops_per_call * double(state.iterations()) / seconds * 1e-9;
-  const References& r = g_refs[std::min(threads, 2)];
+  const References& r = g_refs[threads];
   state.counters["GFLOP/s"] = gflops;
   state.counters["x_sgemm"] = gflops / r.sgemm;
   state.counters["x_fma_peak"] = gflops / r.fma_peak;
@@ -119,7 +138,7 @@ void register_all(const char* path, void (*fn)(benchmark::State&), index_t max_n
     if (n > max_n) continue;
     for (index_t d : {64, 128, 256})
       for (int causal : {0, 1})
-        for (int threads : {1, all_threads()}) {
+        for (int threads : thread_counts()) {
           const std::string name = std::string(path) + "/" + dtype_name<T>() + "/N:" + std::to_string(n) +
                                    "/d:" + std::to_string(d) + "/causal:" + std::to_string(causal) +
                                    "/threads:" + std::to_string(threads);
@@ -137,8 +156,8 @@ void register_all(const char* path, void (*fn)(benchmark::State&), index_t max_n
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   // References first, for 1 thread and for all threads.
-  for (int threads : {1, all_threads()}) {
-    References& r = g_refs[std::min(threads, 2)];
+  for (int threads : thread_counts()) {
+    References& r = g_refs[threads];
     r.fma_peak = flashattn::bench::fma_peak_gflops(threads);
     r.eigen_sgemm = flashattn::bench::eigen_sgemm_gflops(2048, 2048, 2048, threads);
     r.sgemm = r.eigen_sgemm;
@@ -146,7 +165,7 @@ int main(int argc, char** argv) {
     r.openblas_sgemm = flashattn::bench::openblas_sgemm_gflops(2048, 2048, 2048, threads);
     r.sgemm = std::max(r.sgemm, r.openblas_sgemm);
 #endif
-    std::printf("reference threads=%d: fma_peak %.1f GFLOP/s, eigen sgemm 2048^3 %.1f, openblas sgemm 2048^3 %.1f\n",
+    std::fprintf(stderr, "reference threads=%d: fma_peak %.1f GFLOP/s, eigen sgemm 2048^3 %.1f, openblas sgemm 2048^3 %.1f\n",
                 threads, r.fma_peak, r.eigen_sgemm, r.openblas_sgemm);
     benchmark::AddCustomContext("ref_threads" + std::to_string(threads),
                                 "fma_peak=" + std::to_string(r.fma_peak) + " eigen_sgemm=" + std::to_string(r.eigen_sgemm) +
