@@ -11,6 +11,7 @@
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -132,6 +133,38 @@ void bm_naive(benchmark::State& state) {
   set_counters(state, flops, sec, threads, double(n) * double(n) * sizeof(flashattn::cpu::acc_t<T>));
 }
 
+// Parallel speed-up, measured the only fair way: the same problem on 1 thread and on `threads`, both in
+// wall time, alternated call by call within one benchmark so that both see the same machine state.
+void bm_thread_scaling(benchmark::State& state) {
+  const index_t n = state.range(0), d = state.range(1);
+  const bool causal = state.range(2) != 0;
+  const int threads = int(state.range(3));
+  Problem<float> p(n, d, heads_for(n));
+  flashattn::AttentionOptions opts;
+  opts.causal = causal;
+  auto call = [&](int t) {
+    opts.num_threads = t;
+    flashattn::attention_forward(p.view(p.q), p.view(p.k), p.view(p.v), p.out(), opts);
+  };
+  call(threads);
+  std::vector<double> one, many;
+  const flashattn::bench::RateClock wall(threads);
+  for (auto _ : state) {
+    double t0 = wall.now();
+    call(1);
+    one.push_back(wall.now() - t0);
+    t0 = wall.now();
+    call(threads);
+    many.push_back(wall.now() - t0);
+  }
+  std::sort(one.begin(), one.end());
+  std::sort(many.begin(), many.end());
+  const double flops = 4.0 * double(p.h) * double(n) * double(n) * double(d) * (causal ? 0.5 : 1.0);
+  state.counters["GFLOP/s_1"] = flops / one[one.size() / 2] * 1e-9;
+  state.counters["GFLOP/s_n"] = flops / many[many.size() / 2] * 1e-9;
+  state.counters["speedup"] = one[one.size() / 2] / many[many.size() / 2];
+}
+
 template <class T>
 void register_all(const char* path, void (*fn)(benchmark::State&), index_t max_n) {
   for (index_t n : {512, 1024, 2048, 4096, 8192, 16384}) {
@@ -175,6 +208,18 @@ int main(int argc, char** argv) {
   register_all<float>("tiled", bm_tiled<float>, 16384);
   register_all<Eigen::bfloat16>("tiled", bm_tiled<Eigen::bfloat16>, 16384);
   register_all<Eigen::half>("tiled", bm_tiled<Eigen::half>, 16384);
+  for (int threads : thread_counts()) {
+    if (threads == 1) continue;
+    for (int causal : {0, 1}) {
+      const std::string name = "scaling/fp32/N:4096/d:128/causal:" + std::to_string(causal) +
+                               "/threads:" + std::to_string(threads);
+      benchmark::RegisterBenchmark(name.c_str(), bm_thread_scaling)
+          ->Args({4096, 128, causal, threads})
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(5)
+          ->UseRealTime();
+    }
+  }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
 }
