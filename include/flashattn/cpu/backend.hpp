@@ -29,6 +29,15 @@ inline index_t kv_splits(index_t items, index_t seq_k, int block_kv) {
   return std::max<index_t>(1, std::min((kTargetItems + items - 1) / items, max_splits));
 }
 
+// Threads worth starting: each must get at least ~4 MFLOP (tens of microseconds), or starting it costs
+// more than it saves (small decode steps run on the calling thread). Results do not depend on it.
+template <class T>
+int worker_count(const ForwardParams<T>& p, int requested) {
+  constexpr double kMinFlopsPerThread = 4e6;
+  const double flops = 4.0 * double(p.q.batch) * double(p.q.heads) * double(p.q.seq) * double(p.k.seq) * double(p.q.dim);
+  return int(std::max(1.0, std::min(double(requested), flops / kMinFlopsPerThread)));
+}
+
 template <class T, class TileConfig, int HeadDim, class Mask, class Accounting = NoAccounting>
 void run_forward(const ForwardParams<T>& p, const Mask& mask, Accounting& acct) {
   using Kernel = ForwardKernel<T, TileConfig, HeadDim>;
@@ -36,8 +45,8 @@ void run_forward(const ForwardParams<T>& p, const Mask& mask, Accounting& acct) 
   constexpr int BlockQ = Kernel::BlockQ, BlockKV = Kernel::BlockKV;
   const index_t q_blocks = (p.q.seq + BlockQ - 1) / BlockQ;
   const index_t items = p.q.batch * p.q.heads * q_blocks;
-  const int threads = p.num_threads > 0 ? p.num_threads : default_num_threads();
   const int d = int(p.q.dim);
+  const int threads = worker_count(p, p.num_threads > 0 ? p.num_threads : default_num_threads());
   const index_t splits = kv_splits(items, p.k.seq, BlockKV);
 
   if (splits == 1) {
