@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "flashattn/cpu/tiles.hpp"
@@ -35,14 +37,14 @@ ReferenceResult reference_attention(const TensorView<const T>& q, const TensorVi
   ReferenceResult r;
   r.o.assign(std::size_t(B * Sq * H * D), 0.0);
   r.lse.assign(std::size_t(B * H * Sq), 0.0);
-  std::vector<Calc> s(std::size_t(Sk)), acc(std::size_t(D));
+  std::vector<Calc> s(static_cast<std::size_t>(Sk)), acc(static_cast<std::size_t>(D));
   for (index_t b = 0; b < B; ++b) {
     for (index_t h = 0; h < H; ++h) {
       const auto head_mask = mask_for_head(mask, b, h);
       const index_t hk = h / group;
       for (index_t i = 0; i < Sq; ++i) {
         Calc m = -std::numeric_limits<Calc>::infinity();
-        std::vector<bool> kept(std::size_t(Sk));
+        std::vector<bool> kept(static_cast<std::size_t>(Sk));
         for (index_t j = 0; j < Sk; ++j) {
           kept[std::size_t(j)] = head_mask.keep(i, j);
           if (!kept[std::size_t(j)]) {
@@ -76,6 +78,85 @@ ReferenceResult reference_attention(const TensorView<const T>& q, const TensorVi
     }
   }
   return r;
+}
+
+// ---- Test data ------------------------------------------------------------------------------------------
+
+enum class Layout { Bshd, Bhsd };
+
+// Owns the storage behind a TensorView. Moving keeps the view valid (a moved vector keeps its buffer);
+// copying would not, so it is disabled.
+template <class T>
+class HostTensor {
+ public:
+  HostTensor(Layout layout, index_t batch, index_t seq, index_t heads, index_t dim, T fill = T(0))
+      : data_(std::size_t(batch * seq * heads * dim), fill) {
+    view_ = layout == Layout::Bshd ? bshd(data_.data(), batch, seq, heads, dim)
+                                   : bhsd(data_.data(), batch, heads, seq, dim);
+  }
+  HostTensor(const HostTensor&) = delete;
+  HostTensor& operator=(const HostTensor&) = delete;
+  HostTensor(HostTensor&&) = default;
+  HostTensor& operator=(HostTensor&&) = default;
+
+  TensorView<T> view() const { return view_; }
+  TensorView<const T> cview() const { return view_; }
+  std::vector<T>& storage() { return data_; }
+
+ private:
+  std::vector<T> data_;
+  TensorView<T> view_;
+};
+
+// Contiguous (batch, heads, seq) LSE storage.
+class HostLse {
+ public:
+  HostLse(index_t batch, index_t heads, index_t seq, float fill = std::numeric_limits<float>::quiet_NaN())
+      : data_(std::size_t(batch * heads * seq), fill), view_(lse_bhs(data_.data(), batch, heads, seq)) {}
+  HostLse(const HostLse&) = delete;
+  HostLse& operator=(const HostLse&) = delete;
+  HostLse(HostLse&&) = default;
+  HostLse& operator=(HostLse&&) = default;
+
+  LseView view() const { return view_; }
+
+ private:
+  std::vector<float> data_;
+  LseView view_;
+};
+
+// Fills every element of a view with N(0, stddev²) values, rounded to T (the reference then reads the
+// rounded values, so rounding the inputs is not an error of the kernel).
+template <class T>
+void fill_normal(const TensorView<T>& x, std::uint32_t seed, double stddev = 1.0) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> dist(0.0, stddev);
+  for (index_t b = 0; b < x.batch; ++b)
+    for (index_t s = 0; s < x.seq; ++s)
+      for (index_t h = 0; h < x.heads; ++h)
+        for (index_t d = 0; d < x.dim; ++d) x(b, s, h, d) = T(dist(rng));
+}
+
+// Every element of a view, as double, in (batch, seq, heads, dim) order (ReferenceResult::o's order).
+template <class T>
+std::vector<double> to_double(const TensorView<T>& x) {
+  std::vector<double> out;
+  out.reserve(std::size_t(x.numel()));
+  for (index_t b = 0; b < x.batch; ++b)
+    for (index_t s = 0; s < x.seq; ++s)
+      for (index_t h = 0; h < x.heads; ++h)
+        for (index_t d = 0; d < x.dim; ++d) out.push_back(double(x(b, s, h, d)));
+  return out;
+}
+
+// Every element of an LSE view in (batch, heads, seq) order (ReferenceResult::lse's order).
+inline std::vector<double> to_double(const LseView& x) {
+  std::vector<double> out;
+  out.reserve(std::size_t(x.batch * x.heads * x.seq));
+  for (index_t b = 0; b < x.batch; ++b)
+    for (index_t h = 0; h < x.heads; ++h)
+      for (index_t s = 0; s < x.seq; ++s) out.push_back(double(x(b, h, s)));
+  return out;
 }
 
 }  // namespace flashattn::testing

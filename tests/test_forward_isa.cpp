@@ -1,0 +1,23 @@
+// The forward pass on every other instruction set this build can run: the portable path (packet width
+// 1, so odd tile sizes are legal and exercised), AVX2 and a second set of AVX-512 shapes whose query
+// block is an odd number of packets. Instruction sets not compiled in are dropped from the list; those
+// compiled in but not supported by the CPU are reported as skipped.
+
+#include "forward_cases.hpp"
+
+namespace flashattn::testing {
+namespace {
+
+using cpu::Isa;
+
+using OtherIsaConfigs = CompiledConfigs<
+    Pair<float, TileSpec<5, 7, Isa::Portable>>, Pair<double, TileSpec<3, 4, Isa::Portable>>,
+    Pair<Eigen::half, TileSpec<16, 16, Isa::Portable>>, Pair<Eigen::bfloat16, TileSpec<4, 9, Isa::Portable>>,
+    Pair<float, TileSpec<16, 32, Isa::Avx2>>, Pair<double, TileSpec<8, 16, Isa::Avx2>>,
+    Pair<Eigen::half, TileSpec<24, 8, Isa::Avx2>>, Pair<Eigen::bfloat16, TileSpec<8, 24, Isa::Avx2>>,
+    Pair<float, TileSpec<48, 16, Isa::Avx512>>, Pair<double, TileSpec<24, 40, Isa::Avx512>>>;
+
+INSTANTIATE_TYPED_TEST_SUITE_P(OtherIsa, ForwardTest, OtherIsaConfigs, ConfigName);
+
+}  // namespace
+}  // namespace flashattn::testing
