@@ -56,3 +56,6 @@ void dispatch_forward(const ForwardParams<T>& p, const AttentionOptions& opts, A
 
 }  // namespace detail
 }  // namespace flashattn
+
+// The backward's section of the dispatch layer (same tiles, head dims and mask mapping as above).
+#include "flashattn/dispatch_backward.hpp"

@@ -5,6 +5,7 @@
 
 #include "flashattn/accounting.hpp"
 #include "flashattn/attention.hpp"
+#include "flashattn/backward.hpp"
 #include "flashattn/errors.hpp"
 #include "flashattn/masks.hpp"
 #include "flashattn/options.hpp"

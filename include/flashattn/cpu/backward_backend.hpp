@@ -1,7 +1,7 @@
 #pragma once
 // The CPU backend of the backward: runs the two programs of backward_kernel.hpp over the whole problem.
 //
-//   pass 1, items (batch, query head, query block): dQ, and each row's D and LSE (base 2) into `stats`;
+//   pass 1, items (batch, query head, query block): dQ, and each row's D and −LSE into `stats`;
 //   pass 2, items (batch, KV head, key block):      dK and dV, reading `stats`.
 //
 // Each gradient element is written by one item, accumulated in an order fixed by the item alone, so the

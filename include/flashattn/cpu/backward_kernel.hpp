@@ -44,13 +44,13 @@
 
 namespace flashattn::cpu {
 
-// Per query row, shared between the two programs: D = rowsum(dO ∘ O) and the LSE in base-2 units.
-// Rows that kept no key (LSE −inf) store lse2 = +inf, so that their recomputed P = 2^(s − lse2) is
-// exactly 0 and their gradients vanish without a NaN from −inf − (−inf).
+// Per query row, shared between the two programs: D = rowsum(dO ∘ O) and −LSE. Rows that kept no key
+// (LSE −inf) store −LSE = −inf as well, so that their recomputed P = exp(s − LSE) is exactly 0 and their
+// gradients vanish without a NaN from −inf − (−inf).
 template <class Acc>
 struct RowStats {
-  Acc* delta = nullptr;  // (batch, heads_q, seq_q)
-  Acc* lse2 = nullptr;   // (batch, heads_q, seq_q)
+  Acc* delta = nullptr;    // (batch, heads_q, seq_q)
+  Acc* neg_lse = nullptr;  // (batch, heads_q, seq_q)
   index_t heads = 0, seq = 0;
 
   index_t offset(index_t b, index_t h) const { return (b * heads + h) * seq; }
@@ -88,16 +88,16 @@ class BackwardKernel {
       std::fill(ones(), ones() + BlockQ, Acc(1));
     }
 
-    Acc* qt() { return qt_.data(); }                   // (d, BlockQ)       Qᵀ, pre-scaled by scale·log2(e)
+    Acc* qt() { return qt_.data(); }                   // (d, BlockQ)       Qᵀ
     Acc* dot() { return dot_.data(); }                 // (d, BlockQ)       dOᵀ
     Acc* dqt() { return dqt_.data(); }                 // (d, BlockQ)       dQᵀ accumulator
-    Acc* st() { return st_.data(); }                   // (BlockKV, BlockQ) Sᵀ (base 2), then Pᵀ
+    Acc* st() { return st_.data(); }                   // (BlockKV, BlockQ) Sᵀ = K·Qᵀ (unscaled), then Pᵀ
     Acc* dpt() { return dpt_.data(); }                 // (BlockKV, BlockQ) dPᵀ, then dSᵀ
     Acc* gt() { return gt_.data(); }                   // (BlockKV, BlockQ) d score'/d score (score modifiers)
     Acc* k_stage() { return kv_.data(); }              // (BlockKV, d)      K tile in Acc, when staging is needed
     Acc* v_stage() { return kv_.data() + kv_.size() / 2; }
     Acc* delta() { return rows_.data(); }              // (BlockQ)          D; 0 in padding rows
-    Acc* lse2() { return rows_.data() + BlockQ; }      // (BlockQ)          LSE·log2(e); +inf in padding rows
+    Acc* neg_lse() { return rows_.data() + BlockQ; }   // (BlockQ)          −LSE; −inf in padding rows
     Acc* ones() { return rows_.data() + 2 * BlockQ; }  // (BlockQ)          pv's rescale factors: none here
 
    private:
@@ -121,11 +121,11 @@ class BackwardKernel {
       std::fill(ones_.data(), ones_.data() + BlockKV, Acc(1));
     }
 
-    Acc* kt() { return kt_.data(); }                // (d, BlockKV)      Kᵀ, pre-scaled by scale·log2(e)
+    Acc* kt() { return kt_.data(); }                // (d, BlockKV)      Kᵀ
     Acc* vt() { return vt_.data(); }                // (d, BlockKV)      Vᵀ
     Acc* dkt() { return dkt_.data(); }              // (d, BlockKV)      dKᵀ accumulator (unscaled)
     Acc* dvt() { return dvt_.data(); }              // (d, BlockKV)      dVᵀ accumulator
-    Acc* s() { return s_.data(); }                  // (BlockQ, BlockKV) S (base 2), then P
+    Acc* s() { return s_.data(); }                  // (BlockQ, BlockKV) S = Q·Kᵀ (unscaled), then P
     Acc* dp() { return dp_.data(); }                // (BlockQ, BlockKV) dP, then dS
     Acc* g() { return g_.data(); }                  // (BlockQ, BlockKV) d score'/d score (score modifiers)
     Acc* q_stage() { return qo_.data(); }           // (BlockQ, d)       Q rows in Acc, when staging is needed
@@ -146,18 +146,17 @@ class BackwardKernel {
     const int d = HeadDim > 0 ? HeadDim : int(p.q.dim);
     const index_t h_kv = p.kv_head(h);
 
-    // Scores in base-2 units, as in the forward: log2(e)·scale is folded into Qᵀ, so exp becomes exp2.
-    load_transposed<BlockQ>(s.qt(), p.q, b, h, q0, rows, d, Acc(p.scale) * kLog2e);
-    load_transposed<BlockQ>(s.dot(), p.d_o, b, h, q0, rows, d, Acc(1));
-    row_statistics(p, b, h, q0, rows, d, s.delta(), s.lse2());
+    load_transposed<BlockQ>(s.qt(), p.q, b, h, q0, rows, d);
+    load_transposed<BlockQ>(s.dot(), p.d_o, b, h, q0, rows, d);
+    row_statistics(p, b, h, q0, rows, d, s.delta(), s.neg_lse());
 
     // Clipped to the keys that exist, so that no mask policy, however written, can make us read past K/V.
     // The tiles start at kv_begin, as in the forward, so that the same tiles are asked the same questions.
     const index_t kv_begin = std::max(mask.kv_begin(q0, q1), index_t{0});
     const index_t kv_end = std::min(mask.kv_end(q0, q1), p.k.seq);
-    if constexpr (std::is_same_v<Acc, double>) refine_lse2(p, mask, b, h_kv, q0, rows, d, kv_begin, kv_end, s);
+    if constexpr (std::is_same_v<Acc, double>) refine_lse(p, mask, b, h_kv, q0, rows, d, kv_begin, kv_end, s);
     std::copy(s.delta(), s.delta() + rows, stats.delta + stats.offset(b, h) + q0);
-    std::copy(s.lse2(), s.lse2() + rows, stats.lse2 + stats.offset(b, h) + q0);
+    std::copy(s.neg_lse(), s.neg_lse() + rows, stats.neg_lse + stats.offset(b, h) + q0);
 
     std::fill(s.dqt(), s.dqt() + std::size_t(d) * BlockQ, Acc(0));
     for (index_t k0 = kv_begin; k0 < kv_end; k0 += BlockKV) {
@@ -170,13 +169,14 @@ class BackwardKernel {
       const Acc* k_tile = rows_of(p.k, b, h_kv, k0, cols, d, s.k_stage(), k_ld);
       OpsQ::qk(s.st(), s.qt(), k_tile, k_ld, cols, d);  // Sᵀ (cols, BlockQ)
       if (kind == TileKind::Partial || Mask::modifies_scores)
-        mask_transposed(s.st(), s.gt(), mask, q0, rows, k0, cols);
+        mask_transposed(s.st(), s.gt(), mask, Acc(p.scale), q0, rows, k0, cols);
 
       const Acc* v_tile = rows_of(p.v, b, h_kv, k0, cols, d, s.v_stage(), v_ld);
       OpsQ::qk(s.dpt(), s.dot(), v_tile, v_ld, cols, d);  // dPᵀ (cols, BlockQ) = V·dOᵀ
 
       // Sᵀ -> Pᵀ (kept in st) and dPᵀ -> dSᵀ (in dpt).
-      probabilities_and_ds_transposed<Mask::modifies_scores>(s.st(), s.dpt(), s.gt(), cols, s.delta(), s.lse2());
+      probabilities_and_ds_transposed<Mask::modifies_scores>(s.st(), s.dpt(), s.gt(), cols, score_scale<Mask>(p),
+                                                             s.delta(), s.neg_lse());
 
       OpsQ::pv(s.dqt(), s.ones(), s.dpt(), k_tile, k_ld, cols, d);  // dQᵀ (d, BlockQ) += Kᵀ·dSᵀ
     }
@@ -192,8 +192,8 @@ class BackwardKernel {
     const int cols = int(k1 - k0);
     const int d = HeadDim > 0 ? HeadDim : int(p.q.dim);
 
-    load_transposed<BlockKV>(s.kt(), p.k, b, h_kv, k0, cols, d, Acc(p.scale) * kLog2e);
-    load_transposed<BlockKV>(s.vt(), p.v, b, h_kv, k0, cols, d, Acc(1));
+    load_transposed<BlockKV>(s.kt(), p.k, b, h_kv, k0, cols, d);
+    load_transposed<BlockKV>(s.vt(), p.v, b, h_kv, k0, cols, d);
     std::fill(s.dkt(), s.dkt() + std::size_t(d) * BlockKV, Acc(0));
     std::fill(s.dvt(), s.dvt() + std::size_t(d) * BlockKV, Acc(0));
 
@@ -203,7 +203,7 @@ class BackwardKernel {
       using HeadMask = std::remove_cv_t<decltype(head_mask)>;
       require_score_grad<HeadMask>();
       const Acc* delta = stats.delta + stats.offset(b, h);
-      const Acc* lse2 = stats.lse2 + stats.offset(b, h);
+      const Acc* neg_lse = stats.neg_lse + stats.offset(b, h);
 
       for (index_t qb = 0; qb < q_blocks; ++qb) {
         const index_t q0 = qb * BlockQ, q1 = std::min(q0 + BlockQ, p.q.seq);
@@ -222,11 +222,12 @@ class BackwardKernel {
         const Acc* do_rows = rows_of(p.d_o, b, h, q0, rows, d, s.do_stage(), do_ld);
         OpsKV::qk(s.s(), s.kt(), q_rows, q_ld, rows, d);  // S (rows, BlockKV)
         if (partial || HeadMask::modifies_scores || cols < BlockKV)
-          mask_rows(s.s(), s.g(), head_mask, partial, q0, rows, k0, cols, lo, hi);
+          mask_rows(s.s(), s.g(), head_mask, Acc(p.scale), partial, q0, rows, k0, cols, lo, hi);
         OpsKV::qk(s.dp(), s.vt(), do_rows, do_ld, rows, d);  // dP (rows, BlockKV) = dO·Vᵀ
 
         // S -> P (in s) and dP -> dS (in dp).
-        probabilities_and_ds_rows<HeadMask::modifies_scores>(s.s(), s.dp(), s.g(), rows, delta + q0, lse2 + q0);
+        probabilities_and_ds_rows<HeadMask::modifies_scores>(s.s(), s.dp(), s.g(), rows, score_scale<HeadMask>(p),
+                                                             delta + q0, neg_lse + q0);
 
         OpsKV::pv(s.dvt(), s.ones(), s.s(), do_rows, do_ld, rows, d);  // dVᵀ (d, BlockKV) += dOᵀ·P
         OpsKV::pv(s.dkt(), s.ones(), s.dp(), q_rows, q_ld, rows, d);   // dKᵀ (d, BlockKV) += Qᵀ·dS
@@ -238,7 +239,6 @@ class BackwardKernel {
 
  private:
   static constexpr Acc kLog2e = Acc(1.4426950408889634074);
-  static constexpr Acc kLn2 = Acc(0.6931471805599453094);
   static constexpr Acc kInf = std::numeric_limits<Acc>::infinity();
 
   template <class Mask>
@@ -249,10 +249,25 @@ class BackwardKernel {
                   "score_mod(base, fn, grad_fn) (backward_masks.hpp)");
   }
 
-  // D_i = Σ_c dO[i][c]·O[i][c] and lse2_i = LSE_i·log2(e) (+inf where the row kept no key). Padding rows
-  // get D = 0 and lse2 = +inf, so their P and dS are exactly 0.
+  // What multiplies a score tile on its way into the softmax: the tiles hold unscaled q·k, except under a
+  // score modifier, which has already turned them into natural-unit scores s' = score(scale·q·k).
+  template <class Mask>
+  static Acc score_scale(const BackwardParams<T>& p) {
+    return Mask::modifies_scores ? Acc(1) : Acc(p.scale);
+  }
+
+  // P = exp(scale·s − LSE), computed as 2^(fma(s, scale, −LSE)·log2(e)). The fused multiply-subtract
+  // rounds once, and only the (small, for every P that matters) difference is scaled by log2(e): folding
+  // scale·log2(e) into Q and the LSE, as the forward does with its running max, would round both large
+  // terms before they cancel, costing P several ulps that the gradients then carry.
+  static Reg probability(Reg s, Reg scale, Reg neg_lse) {
+    return V::exp2_nonpositive(V::mul(V::fma(s, scale, neg_lse), V::set1(kLog2e)));
+  }
+
+  // D_i = Σ_c dO[i][c]·O[i][c] and −LSE_i (−inf where the row kept no key). Padding rows get D = 0 and
+  // −LSE = −inf, so their P and dS are exactly 0.
   static void row_statistics(const BackwardParams<T>& p, index_t b, index_t h, index_t q0, int rows, int d,
-                             Acc* delta, Acc* lse2) {
+                             Acc* delta, Acc* neg_lse) {
     for (int i = 0; i < rows; ++i) {
       const T* o_row = p.o.row(b, q0 + i, h);
       const T* do_row = p.d_o.row(b, q0 + i, h);
@@ -260,22 +275,22 @@ class BackwardKernel {
       for (int c = 0; c < d; ++c) sum += Acc(o_row[c * p.o.stride_dim]) * Acc(do_row[c * p.d_o.stride_dim]);
       delta[i] = sum;
       const float l = p.lse(b, h, q0 + i);
-      lse2[i] = l == -std::numeric_limits<float>::infinity() ? kInf : Acc(l) * kLog2e;
+      neg_lse[i] = l == -std::numeric_limits<float>::infinity() ? -kInf : -Acc(l);
     }
     std::fill(delta + rows, delta + BlockQ, Acc(0));
-    std::fill(lse2 + rows, lse2 + BlockQ, kInf);
+    std::fill(neg_lse + rows, neg_lse + BlockQ, -kInf);
   }
 
   // The LSE is stored as float whatever T is; for double that would cap the gradients' accuracy at
-  // float's. So the double path refines it: with the stored value as the shift (it is within float
-  // rounding of the true LSE, so nothing overflows), one more sweep sums ℓ = Σ_j 2^(s_j − lse2) in
-  // double, and lse2 += log2(ℓ). One extra Q·Kᵀ per tile: double is the accuracy reference, not a speed
-  // target.
+  // float's. So the double path refines it: with the stored value as the shift (within float rounding of
+  // the true LSE, so nothing overflows), one more sweep sums ℓ = Σ_j exp(s_j − LSE) in double, and
+  // LSE += log(ℓ). One extra Q·Kᵀ per tile: double is the accuracy reference, not a speed target.
   template <class Mask>
-  static void refine_lse2(const BackwardParams<T>& p, const Mask& mask, index_t b, index_t h_kv, index_t q0, int rows,
-                          int d, index_t kv_begin, index_t kv_end, DqScratch& s) {
+  static void refine_lse(const BackwardParams<T>& p, const Mask& mask, index_t b, index_t h_kv, index_t q0, int rows,
+                         int d, index_t kv_begin, index_t kv_end, DqScratch& s) {
     alignas(64) Acc sums[BlockQ] = {};
     const index_t q1 = q0 + rows;
+    const Reg scale = V::set1(score_scale<Mask>(p));
     for (index_t k0 = kv_begin; k0 < kv_end; k0 += BlockKV) {
       const index_t k1 = std::min(k0 + BlockKV, kv_end);
       const TileKind kind = mask.tile(q0, q1, k0, k1);
@@ -285,33 +300,33 @@ class BackwardKernel {
       const Acc* k_tile = rows_of(p.k, b, h_kv, k0, cols, d, s.k_stage(), k_ld);
       OpsQ::qk(s.st(), s.qt(), k_tile, k_ld, cols, d);
       if (kind == TileKind::Partial || Mask::modifies_scores)
-        mask_transposed(s.st(), s.gt(), mask, q0, rows, k0, cols);
+        mask_transposed(s.st(), s.gt(), mask, Acc(p.scale), q0, rows, k0, cols);
       for (int i = 0; i < BlockQ; i += W) {
-        const Reg shift = V::load(s.lse2() + i);
+        const Reg shift = V::load(s.neg_lse() + i);
         Reg sum = V::load(sums + i);
-        for (int j = 0; j < cols; ++j)
-          sum = V::add(sum, V::exp2_nonpositive(V::sub(V::load(s.st() + j * BlockQ + i), shift)));
+        for (int j = 0; j < cols; ++j) sum = V::add(sum, probability(V::load(s.st() + j * BlockQ + i), scale, shift));
         V::store(sums + i, sum);
       }
     }
     for (int i = 0; i < rows; ++i) {
-      Acc& l2 = s.lse2()[i];
-      if (l2 == kInf) continue;
-      l2 = sums[i] > Acc(0) ? l2 + std::log2(sums[i]) : kInf;
+      Acc& neg_lse = s.neg_lse()[i];
+      if (neg_lse == -kInf) continue;
+      neg_lse = sums[i] > Acc(0) ? neg_lse - std::log(sums[i]) : -kInf;
     }
   }
 
-  // Sᵀ (cols, BlockQ) -> Pᵀ = 2^(Sᵀ − lse2) and dPᵀ -> dSᵀ = Pᵀ ∘ (dPᵀ − D) [∘ Gᵀ]: lane-wise, since a
-  // packet holds consecutive query rows.
+  // Sᵀ (cols, BlockQ) -> Pᵀ and dPᵀ -> dSᵀ = Pᵀ ∘ (dPᵀ − D) [∘ Gᵀ]: lane-wise, since a packet holds
+  // consecutive query rows.
   template <bool kScoreGrad>
-  static void probabilities_and_ds_transposed(Acc* st, Acc* dpt, const Acc* gt, int cols, const Acc* delta,
-                                              const Acc* lse2) {
+  static void probabilities_and_ds_transposed(Acc* st, Acc* dpt, const Acc* gt, int cols, Acc score_scale,
+                                              const Acc* delta, const Acc* neg_lse) {
+    const Reg scale = V::set1(score_scale);
     for (int i = 0; i < BlockQ; i += W) {
-      const Reg shift = V::load(lse2 + i);
+      const Reg shift = V::load(neg_lse + i);
       const Reg dl = V::load(delta + i);
       for (int j = 0; j < cols; ++j) {
         const int at = j * BlockQ + i;
-        const Reg pr = V::exp2_nonpositive(V::sub(V::load(st + at), shift));
+        const Reg pr = probability(V::load(st + at), scale, shift);
         Reg ds = V::mul(pr, V::sub(V::load(dpt + at), dl));
         if constexpr (kScoreGrad) ds = V::mul(ds, V::load(gt + at));
         V::store(st + at, pr);
@@ -320,17 +335,19 @@ class BackwardKernel {
     }
   }
 
-  // S (rows, BlockKV) -> P and dP -> dS, row by row: the row's lse2 and D are broadcasts.
+  // S (rows, BlockKV) -> P and dP -> dS, row by row: the row's −LSE and D are broadcasts.
   template <bool kScoreGrad>
-  static void probabilities_and_ds_rows(Acc* s, Acc* dp, const Acc* g, int rows, const Acc* delta, const Acc* lse2) {
+  static void probabilities_and_ds_rows(Acc* s, Acc* dp, const Acc* g, int rows, Acc score_scale, const Acc* delta,
+                                        const Acc* neg_lse) {
+    const Reg scale = V::set1(score_scale);
     for (int i = 0; i < rows; ++i) {
-      const Reg shift = V::set1(lse2[i]);
+      const Reg shift = V::set1(neg_lse[i]);
       const Reg dl = V::set1(delta[i]);
       Acc* s_row = s + i * BlockKV;
       Acc* dp_row = dp + i * BlockKV;
       const Acc* g_row = g + i * BlockKV;
       for (int j = 0; j < BlockKV; j += W) {
-        const Reg pr = V::exp2_nonpositive(V::sub(V::load(s_row + j), shift));
+        const Reg pr = probability(V::load(s_row + j), scale, shift);
         Reg ds = V::mul(pr, V::sub(V::load(dp_row + j), dl));
         if constexpr (kScoreGrad) ds = V::mul(ds, V::load(g_row + j));
         V::store(s_row + j, pr);
@@ -342,11 +359,13 @@ class BackwardKernel {
   // Partial or score-modified tiles of the dQ program, on Sᵀ (cols, BlockQ): masked scores become −inf
   // (P exactly 0) with gradient factor 0; kept ones get the modifier (natural units) and its derivative.
   template <class Mask>
-  static void mask_transposed(Acc* st, Acc* gt, const Mask& mask, index_t q0, int rows, index_t k0, int cols) {
+  static void mask_transposed(Acc* st, Acc* gt, const Mask& mask, Acc scale, index_t q0, int rows, index_t k0,
+                              int cols) {
     for (int j = 0; j < cols; ++j) {
       Acc* s_row = st + j * BlockQ;
       Acc* g_row = gt + j * BlockQ;
-      for (int i = 0; i < rows; ++i) modify(s_row[i], g_row[i], mask, mask.keep(q0 + i, k0 + j), q0 + i, k0 + j);
+      for (int i = 0; i < rows; ++i)
+        modify(s_row[i], g_row[i], mask, scale, mask.keep(q0 + i, k0 + j), q0 + i, k0 + j);
     }
   }
 
@@ -354,39 +373,41 @@ class BackwardKernel {
   // never visited them for this query block), and so are the padding columns of a tail key block, so
   // that nothing but exact zeros reaches the discarded lanes.
   template <class Mask>
-  static void mask_rows(Acc* s, Acc* g, const Mask& mask, bool partial, index_t q0, int rows, index_t k0, int cols,
-                        index_t lo, index_t hi) {
+  static void mask_rows(Acc* s, Acc* g, const Mask& mask, Acc scale, bool partial, index_t q0, int rows, index_t k0,
+                        int cols, index_t lo, index_t hi) {
     for (int i = 0; i < rows; ++i) {
       Acc* s_row = s + i * BlockKV;
       Acc* g_row = g + i * BlockKV;
       for (int j = 0; j < cols; ++j) {
         const index_t key = k0 + j;
         const bool keep = !partial || (key >= lo && key < hi && mask.keep(q0 + i, key));
-        modify(s_row[j], g_row[j], mask, keep, q0 + i, key);
+        modify(s_row[j], g_row[j], mask, scale, keep, q0 + i, key);
       }
       for (int j = cols; j < BlockKV; ++j) s_row[j] = -kInf;
     }
   }
 
+  // One element: −inf (and gradient factor 0) if masked; under a score modifier, the natural-unit score
+  // s' = score(scale·s) and its derivative.
   template <class Mask>
-  static void modify(Acc& s, Acc& g, const Mask& mask, bool keep, index_t i, index_t j) {
+  static void modify(Acc& s, Acc& g, const Mask& mask, Acc scale, bool keep, index_t i, index_t j) {
     if (!keep) {
       s = -kInf;
       g = Acc(0);
     } else if constexpr (Mask::modifies_scores) {
-      const Acc natural = s * kLn2;
-      s = Acc(mask.score(i, j, natural)) * kLog2e;
+      const Acc natural = s * scale;
+      s = Acc(mask.score(i, j, natural));
       g = Acc(mask.score_grad(i, j, natural));
     }
   }
 
-  // dst (d, Block) = scale · X[r0 : r0 + n]ᵀ for one head, zero in the padding columns of a tail block.
+  // dst (d, Block) = X[r0 : r0 + n]ᵀ for one head, zero in the padding columns of a tail block.
   template <int Block>
-  static void load_transposed(Acc* dst, const TensorView<const T>& x, index_t b, index_t h, index_t r0, int n, int d,
-                              Acc scale) {
+  static void load_transposed(Acc* dst, const TensorView<const T>& x, index_t b, index_t h, index_t r0, int n,
+                              int d) {
     for (int i = 0; i < n; ++i) {
       const T* row = x.row(b, r0 + i, h);
-      for (int c = 0; c < d; ++c) dst[c * Block + i] = Acc(row[c * x.stride_dim]) * scale;
+      for (int c = 0; c < d; ++c) dst[c * Block + i] = Acc(row[c * x.stride_dim]);
     }
     for (int c = 0; c < d; ++c)
       for (int i = n; i < Block; ++i) dst[c * Block + i] = Acc(0);

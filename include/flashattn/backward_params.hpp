@@ -1,0 +1,28 @@
+#pragma once
+// A validated backward problem, as every backend receives it: the forward's views and its saved LSE, the
+// incoming gradient dO, the three gradient outputs, the resolved scale and the grouped-query ratio. Free of
+// Eigen and of CPU intrinsics.
+
+#include "flashattn/views.hpp"
+
+namespace flashattn {
+
+template <class T>
+struct BackwardParams {
+  TensorView<const T> q;    // (batch, seq_q, heads_q, dim)
+  TensorView<const T> k;    // (batch, seq_k, heads_kv, dim)
+  TensorView<const T> v;    // (batch, seq_k, heads_kv, dim)
+  TensorView<const T> o;    // (batch, seq_q, heads_q, dim): the forward's output
+  TensorView<const T> d_o;  // (batch, seq_q, heads_q, dim): dLoss/dO
+  LseView lse;              // (batch, heads_q, seq_q): the forward's LSE (read only), never empty here
+  TensorView<T> dq;         // like q
+  TensorView<T> dk;         // like k: summed over the `group` query heads that share each KV head
+  TensorView<T> dv;         // like v: idem
+  double scale = 1.0;       // resolved: never unset here
+  index_t group = 1;        // heads_q / heads_kv: query head h reads KV head h / group
+  int num_threads = 0;
+
+  index_t kv_head(index_t h) const { return h / group; }
+};
+
+}  // namespace flashattn

@@ -1,0 +1,171 @@
+#pragma once
+// Checks every argument of a backward call before any work starts, in the forward's style
+// (validate.hpp): flashattn::InvalidArgument with a message that names the argument and its values.
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <string>
+
+#include "flashattn/backward_params.hpp"
+#include "flashattn/errors.hpp"
+#include "flashattn/options.hpp"
+#include "flashattn/validate.hpp"
+#include "flashattn/views.hpp"
+
+namespace flashattn {
+
+namespace detail {
+
+// Whether two views of one element type share an element. Exact when both have the same extents and
+// strides, and their dimensions nest (sorted by stride, each stride steps over the whole extent of the
+// previous one): the case of q, k, v or dq, dk, dv as slices of one fused (batch, seq, 3, heads, dim)
+// buffer, whose byte ranges interleave without sharing an element. Otherwise conservative: overlapping
+// byte ranges count as shared.
+template <class A, class B>
+bool views_share_element(const TensorView<A>& a, ByteSpan a_span, const TensorView<B>& b, ByteSpan b_span) {
+  if (!a_span.overlaps(b_span)) return false;
+  const std::array<index_t, 4> extent{a.batch, a.seq, a.heads, a.dim};
+  const std::array<index_t, 4> stride{a.stride_batch, a.stride_seq, a.stride_head, a.stride_dim};
+  if (sizeof(A) != sizeof(B) || extent != std::array<index_t, 4>{b.batch, b.seq, b.heads, b.dim} ||
+      stride != std::array<index_t, 4>{b.stride_batch, b.stride_seq, b.stride_head, b.stride_dim})
+    return true;
+  const index_t byte_offset = index_t(b_span.begin) - index_t(a_span.begin);
+  if (byte_offset % index_t(sizeof(A)) != 0) return true;  // elements would partly overlap
+
+  // Dimensions by increasing stride; reach[r] = the largest offset dimensions 0..r can add up to.
+  std::array<int, 4> order{0, 1, 2, 3};
+  std::sort(order.begin(), order.end(), [&](int x, int y) { return stride[x] < stride[y]; });
+  std::array<index_t, 4> s{}, e{}, reach{};
+  index_t covered = 1;
+  for (int r = 0; r < 4; ++r) {
+    s[r] = stride[order[r]];
+    e[r] = extent[order[r]];
+    if (e[r] > 1 && s[r] < covered) return true;  // not nested: fall back to the byte ranges
+    if (e[r] > 1) covered = s[r] * e[r];
+    reach[r] = (r > 0 ? reach[r - 1] : 0) + (e[r] - 1) * s[r];
+  }
+  // Shared iff the offset is Σ_r c_r·s[r] with |c_r| < e[r]. With nested strides, at each dimension
+  // (largest first) only the two coefficients around offset / s[r] can leave a remainder that the smaller
+  // dimensions reach.
+  const auto representable = [&](const auto& self, index_t rest, int r) -> bool {
+    if (r < 0) return rest == 0;
+    if (e[r] <= 1) return self(self, rest, r - 1);
+    const index_t below = r > 0 ? reach[r - 1] : 0;
+    const index_t c0 = rest >= 0 ? rest / s[r] : -((-rest + s[r] - 1) / s[r]);  // floor(rest / s[r])
+    for (index_t c = c0; c <= c0 + 1; ++c) {
+      if (c <= -e[r] || c >= e[r]) continue;
+      const index_t left = rest - c * s[r];
+      if (left >= -below && left <= below && self(self, left, r - 1)) return true;
+    }
+    return false;
+  };
+  return representable(representable, byte_offset / index_t(sizeof(A)), 3);
+}
+
+}  // namespace detail
+
+// Validates a backward call and resolves its options. q, k, v, o and lse are the forward's inputs, output
+// and saved LSE; d_o is the incoming gradient; dq, dk, dv receive the gradients (shapes of q, k, v).
+template <class T>
+BackwardParams<T> make_backward_params(const TensorView<const T>& q, const TensorView<const T>& k,
+                                       const TensorView<const T>& v, const TensorView<const T>& o,
+                                       const TensorView<const T>& d_o, const LseView& lse, const TensorView<T>& dq,
+                                       const TensorView<T>& dk, const TensorView<T>& dv,
+                                       const AttentionOptions& opts) {
+  using detail::describe;
+  using detail::fail;
+  using detail::sizes;
+  const detail::ByteSpan q_span = detail::check_view("q", q);
+  const detail::ByteSpan k_span = detail::check_view("k", k);
+  const detail::ByteSpan v_span = detail::check_view("v", v);
+  const detail::ByteSpan o_span = detail::check_view("o", o);
+  const detail::ByteSpan do_span = detail::check_view("d_o", d_o);
+  const detail::ByteSpan dq_span = detail::check_view("dq", dq);
+  const detail::ByteSpan dk_span = detail::check_view("dk", dk);
+  const detail::ByteSpan dv_span = detail::check_view("dv", dv);
+
+  if (k.batch != q.batch || v.batch != q.batch || o.batch != q.batch || d_o.batch != q.batch ||
+      dq.batch != q.batch || dk.batch != q.batch || dv.batch != q.batch)
+    fail("batch sizes disagree: " + describe("q", q) + ", " + describe("k", k) + ", " + describe("v", v) + ", " +
+         describe("o", o) + ", " + describe("d_o", d_o) + ", " + describe("dq", dq) + ", " + describe("dk", dk) +
+         ", " + describe("dv", dv));
+  if (v.seq != k.seq) fail("k and v must have the same seq length: " + describe("k", k) + ", " + describe("v", v));
+  if (q.heads < 1 || k.heads < 1) fail("heads must be >= 1: " + describe("q", q) + ", " + describe("k", k));
+  if (v.heads != k.heads) fail("k and v must have the same heads: " + describe("k", k) + ", " + describe("v", v));
+  if (q.heads % k.heads != 0)
+    fail("heads of q must be a multiple of heads of k/v (grouped-query attention): " + sizes(q.heads, k.heads));
+  if (q.dim < 1) fail("head dim must be >= 1: " + describe("q", q));
+  if (k.dim != q.dim || v.dim != q.dim)
+    fail("head dims must agree: " + describe("q", q) + ", " + describe("k", k) + ", " + describe("v", v));
+  if (q.dim > kMaxHeadDim)
+    fail("head dim " + std::to_string(q.dim) + " is larger than the supported maximum " +
+         std::to_string(kMaxHeadDim));
+  // o, d_o and dq have q's shape; dk and dv have k's.
+  const auto same_shape = [](const auto& a, const auto& b) {
+    return a.seq == b.seq && a.heads == b.heads && a.dim == b.dim;
+  };
+  if (!same_shape(o, q)) fail("o must have q's shape: " + describe("q", q) + ", " + describe("o", o));
+  if (!same_shape(d_o, q)) fail("d_o must have q's shape: " + describe("q", q) + ", " + describe("d_o", d_o));
+  if (!same_shape(dq, q)) fail("dq must have q's shape: " + describe("q", q) + ", " + describe("dq", dq));
+  if (!same_shape(dk, k)) fail("dk must have k's shape: " + describe("k", k) + ", " + describe("dk", dk));
+  if (!same_shape(dv, v)) fail("dv must have v's shape: " + describe("v", v) + ", " + describe("dv", dv));
+
+  // The LSE saved by the forward is required: recomputing P tile by tile needs each row's normaliser.
+  if (lse.batch != q.batch || lse.heads != q.heads || lse.seq != q.seq)
+    fail("lse (the forward's log-sum-exp, required by the backward) must have shape (batch, heads_q, seq_q) = (" +
+         std::to_string(q.batch) + ", " + std::to_string(q.heads) + ", " + std::to_string(q.seq) + "), got " +
+         describe(lse));
+  const detail::ByteSpan lse_span =
+      detail::checked_span<3>(describe(lse), lse.data, sizeof(float), {lse.batch, lse.heads, lse.seq},
+                              {lse.stride_batch, lse.stride_head, lse.stride_seq}, {"batch", "heads", "seq"});
+
+  // Outputs: none may alias itself, another output, or an input (they are written while inputs are read).
+  // Slices of one fused buffer that interleave without sharing an element are accepted.
+  const char* out_names[] = {"dq", "dk", "dv"};
+  const detail::ByteSpan out_spans[] = {dq_span, dk_span, dv_span};
+  detail::check_no_self_overlap<4>("dq", {dq.batch, dq.seq, dq.heads, dq.dim},
+                                   {dq.stride_batch, dq.stride_seq, dq.stride_head, dq.stride_dim});
+  detail::check_no_self_overlap<4>("dk", {dk.batch, dk.seq, dk.heads, dk.dim},
+                                   {dk.stride_batch, dk.stride_seq, dk.stride_head, dk.stride_dim});
+  detail::check_no_self_overlap<4>("dv", {dv.batch, dv.seq, dv.heads, dv.dim},
+                                   {dv.stride_batch, dv.stride_seq, dv.stride_head, dv.stride_dim});
+  const TensorView<const T> outs[] = {dq, dk, dv};
+  const char* in_names[] = {"q", "k", "v", "o", "d_o"};
+  const TensorView<const T> ins[] = {q, k, v, o, d_o};
+  const detail::ByteSpan in_spans[] = {q_span, k_span, v_span, o_span, do_span};
+  for (int a = 0; a < 3; ++a) {
+    for (int b = a + 1; b < 3; ++b)
+      if (detail::views_share_element(outs[a], out_spans[a], outs[b], out_spans[b]))
+        fail(std::string(out_names[a]) + " overlaps the memory of output " + out_names[b]);
+    for (int i = 0; i < 5; ++i)
+      if (detail::views_share_element(outs[a], out_spans[a], ins[i], in_spans[i]))
+        fail(std::string(out_names[a]) + " overlaps the memory of input " + in_names[i]);
+    if (out_spans[a].overlaps(lse_span)) fail(std::string(out_names[a]) + " overlaps the memory of input lse");
+  }
+
+  double scale = 1.0 / std::sqrt(double(q.dim));
+  if (opts.scale) {
+    scale = *opts.scale;
+    if (!std::isfinite(scale) || scale <= 0.0)
+      fail("options.scale must be finite and > 0, got " + std::to_string(scale));
+  }
+  if (opts.num_threads < 0) fail("options.num_threads must be >= 0, got " + std::to_string(opts.num_threads));
+
+  BackwardParams<T> p;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.o = o;
+  p.d_o = d_o;
+  p.lse = lse;
+  p.dq = dq;
+  p.dk = dk;
+  p.dv = dv;
+  p.scale = scale;
+  p.group = q.heads / k.heads;
+  p.num_threads = opts.num_threads;
+  return p;
+}
+
+}  // namespace flashattn

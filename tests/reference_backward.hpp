@@ -1,0 +1,112 @@
+#pragma once
+// The backward's test oracle: the analytic gradient of attention computed the obvious way, one query row
+// at a time with every score of the row materialised, in a chosen accumulator type:
+//
+//   s_j = scale·q·k_j,  s'_j = score(i, j, s_j),  P = softmax(s'),  O = P·V
+//   dP_j = dO·v_j,  D = dO·O,  dS_j = P_j (dP_j − D) · score_grad(i, j, s_j)
+//   dq += scale Σ_j dS_j k_j,  dk_j += scale dS_j q,  dv_j += P_j dO
+//
+// reference_backward<double> is the fp64 reference of the tolerance rule; reference_backward<acc_t<T>, T>
+// rounds scores, probabilities, O, dP, dS and the gradients to T between steps, as a naive implementation
+// storing T would, and gives the "naive in the same precision" error that bounds the tiled kernel's.
+// Independent of the library's kernels: only views and mask policies are shared.
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "flashattn/masks.hpp"
+#include "flashattn/views.hpp"
+#include "reference.hpp"
+
+namespace flashattn::testing {
+
+struct ReferenceGrads {
+  std::vector<double> dq;  // (batch, seq_q, heads_q, dim), contiguous
+  std::vector<double> dk;  // (batch, seq_k, heads_kv, dim), contiguous
+  std::vector<double> dv;  // idem
+};
+
+template <class M, class = void>
+struct reference_has_score_grad : std::false_type {};
+template <class M>
+struct reference_has_score_grad<M, std::void_t<decltype(std::declval<const M&>().score_grad(index_t{}, index_t{}, 0.0))>>
+    : std::true_type {};
+
+template <class Calc, class Store = Calc, class T, class Mask>
+ReferenceGrads reference_backward(const TensorView<const T>& q, const TensorView<const T>& k,
+                                  const TensorView<const T>& v, const TensorView<const T>& d_o, double scale,
+                                  const Mask& mask) {
+  const index_t B = q.batch, Sq = q.seq, Sk = k.seq, H = q.heads, Hkv = k.heads, D = q.dim, group = H / Hkv;
+  const auto r = [](Calc x) { return round_to<Store>(x); };
+  std::vector<Calc> dq(std::size_t(B * Sq * H * D), Calc(0)), dk(std::size_t(B * Sk * Hkv * D), Calc(0)),
+      dv(dk.size(), Calc(0));
+  const auto sk = static_cast<std::size_t>(Sk);
+  std::vector<Calc> s(sk), g(sk), p(sk), o(static_cast<std::size_t>(D));
+  std::vector<bool> kept(sk);
+  const auto at_q = [&](index_t b, index_t i, index_t h) { return std::size_t(((b * Sq + i) * H + h) * D); };
+  const auto at_k = [&](index_t b, index_t j, index_t h) { return std::size_t(((b * Sk + j) * Hkv + h) * D); };
+
+  for (index_t b = 0; b < B; ++b) {
+    for (index_t h = 0; h < H; ++h) {
+      const auto head_mask = mask_for_head(mask, b, h);
+      using HeadMask = std::remove_cv_t<decltype(head_mask)>;
+      const index_t hk = h / group;
+      for (index_t i = 0; i < Sq; ++i) {
+        Calc m = -std::numeric_limits<Calc>::infinity();
+        for (index_t j = 0; j < Sk; ++j) {
+          const std::size_t jj = std::size_t(j);
+          kept[jj] = head_mask.keep(i, j);
+          g[jj] = Calc(1);
+          if (!kept[jj]) continue;
+          Calc dot = 0;
+          for (index_t c = 0; c < D; ++c) dot += Calc(q(b, i, h, c)) * Calc(k(b, j, hk, c));
+          Calc x = r(dot) * Calc(scale);
+          if constexpr (HeadMask::modifies_scores) {
+            static_assert(reference_has_score_grad<HeadMask>::value, "score-changing policies need score_grad");
+            g[jj] = Calc(head_mask.score_grad(i, j, x));
+            x = Calc(head_mask.score(i, j, x));
+          }
+          s[jj] = x;
+          m = std::max(m, x);
+        }
+        if (m == -std::numeric_limits<Calc>::infinity()) continue;  // no key kept: every gradient term is 0
+        Calc l = 0;
+        for (index_t j = 0; j < Sk; ++j) {
+          const std::size_t jj = std::size_t(j);
+          p[jj] = kept[jj] ? std::exp(s[jj] - m) : Calc(0);
+          l += p[jj];
+        }
+        for (Calc& pj : p) pj = r(pj / l);
+        std::fill(o.begin(), o.end(), Calc(0));
+        for (index_t j = 0; j < Sk; ++j)
+          for (index_t c = 0; c < D; ++c) o[std::size_t(c)] += p[std::size_t(j)] * Calc(v(b, j, hk, c));
+        Calc delta = 0;
+        for (index_t c = 0; c < D; ++c) delta += Calc(d_o(b, i, h, c)) * r(o[std::size_t(c)]);
+        for (index_t j = 0; j < Sk; ++j) {
+          const std::size_t jj = std::size_t(j);
+          if (!kept[jj]) continue;
+          Calc dp = 0;
+          for (index_t c = 0; c < D; ++c) dp += Calc(d_o(b, i, h, c)) * Calc(v(b, j, hk, c));
+          const Calc ds = r(p[jj] * (r(dp) - delta) * g[jj]);
+          for (index_t c = 0; c < D; ++c) {
+            dq[at_q(b, i, h) + std::size_t(c)] += Calc(scale) * ds * Calc(k(b, j, hk, c));
+            dk[at_k(b, j, hk) + std::size_t(c)] += Calc(scale) * ds * Calc(q(b, i, h, c));
+            dv[at_k(b, j, hk) + std::size_t(c)] += p[jj] * Calc(d_o(b, i, h, c));
+          }
+        }
+      }
+    }
+  }
+  ReferenceGrads out;
+  for (auto [from, to] : {std::pair{&dq, &out.dq}, std::pair{&dk, &out.dk}, std::pair{&dv, &out.dv}}) {
+    to->reserve(from->size());
+    for (Calc x : *from) to->push_back(double(r(x)));
+  }
+  return out;
+}
+
+}  // namespace flashattn::testing
