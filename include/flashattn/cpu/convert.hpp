@@ -34,10 +34,11 @@ inline void load_row(Acc* dst, const T* src, index_t stride, int n, Acc scale = 
       for (; c + 16 <= n; c += 16) {
         const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + c));
         __m512 x;
+        // The all-lanes maskz forms: GCC 12 flags the unmasked ones' undefined pass-through (simd.hpp).
         if constexpr (is_bf16<T>) {
-          x = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+          x = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, h), 16));
         } else {
-          x = _mm512_cvtph_ps(h);
+          x = _mm512_maskz_cvtph_ps(0xFFFF, h);
         }
         _mm512_storeu_ps(dst + c, _mm512_mul_ps(x, s));
       }

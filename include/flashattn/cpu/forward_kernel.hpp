@@ -120,7 +120,8 @@ class ForwardKernel {
 
       const auto k_tile = Ops::stage_k(s.k_stage(), p.k, b, h_kv, k0, cols, d);
       acct.read(Traffic::K, cols * row_bytes);
-      Ops::qk(s.st(), s.qt(), k_tile, cols, d);  // Sᵀ (cols, BlockQ)
+      // While Q·Kᵀ runs, V's rows of this tile are fetched; while P·V runs, K's rows of the next.
+      Ops::qk(s.st(), s.qt(), k_tile, cols, d, prefetch_rows(p.v, b, h_kv, k0, cols, d));  // Sᵀ (cols, BlockQ)
 
       if (kind == TileKind::Partial || Mask::modifies_scores)
         apply_mask(s.st(), mask, q0, rows, k0, cols, Acc(p.scale));
@@ -129,7 +130,8 @@ class ForwardKernel {
 
       const auto v_tile = Ops::stage_v(s.v_stage(), p.v, b, h_kv, k0, cols, d);
       acct.read(Traffic::V, cols * row_bytes);
-      Ops::pv(s.ot(), s.alpha(), s.st(), v_tile, cols, d);  // Oᵀ (d, BlockQ)
+      const int next_cols = int(std::min<index_t>(BlockKV, kv_end - k1));
+      Ops::pv(s.ot(), s.alpha(), s.st(), v_tile, cols, d, prefetch_rows(p.k, b, h_kv, k1, next_cols, d));  // Oᵀ (d, BlockQ)
     }
   }
 

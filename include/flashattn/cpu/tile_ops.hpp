@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "flashattn/cpu/convert.hpp"
+#include "flashattn/cpu/prefetch.hpp"
 #include "flashattn/cpu/simd.hpp"
 #include "flashattn/cpu/tiles.hpp"
 #include "flashattn/views.hpp"
@@ -53,18 +54,28 @@ struct TileOps {
   static constexpr int NC = NJ;
 
   // st (cols, BlockQ) = K(cols, d) · Qᵀ(d, BlockQ). k: row-major, leading dimension k_ld.
-  static void qk(Acc* st, const Acc* qt, const Acc* k, index_t k_ld, int cols, int d) {
+  // `next` rows are prefetched alongside: row j of it with row j of k.
+  static void qk(Acc* st, const Acc* qt, const Acc* k, index_t k_ld, int cols, int d, const PrefetchRows& next = {}) {
     const int depth = HeadDim > 0 ? HeadDim : d;
     int j = 0;
-    for (; j + NJ <= cols; j += NJ, st += NJ * BlockQ, k += NJ * k_ld) qk_block<NJ>(st, qt, k, k_ld, depth);
+    for (; j + NJ <= cols; j += NJ, st += NJ * BlockQ, k += NJ * k_ld) {
+      next.issue(j, j + NJ);
+      qk_block<NJ>(st, qt, k, k_ld, depth);
+    }
     for (; j < cols; ++j, st += BlockQ, k += k_ld) qk_block<1>(st, qt, k, k_ld, depth);
   }
 
   // ot (d, BlockQ) = ot · diag(alpha) + Vᵀ(d, cols) · Pᵀ(cols, BlockQ). v: row-major, leading dimension v_ld.
-  static void pv(Acc* ot, const Acc* alpha, const Acc* pt, const Acc* v, index_t v_ld, int cols, int d) {
+  // `next` rows are prefetched alongside, an equal share per block of NC columns.
+  static void pv(Acc* ot, const Acc* alpha, const Acc* pt, const Acc* v, index_t v_ld, int cols, int d,
+                 const PrefetchRows& next = {}) {
     const int width = HeadDim > 0 ? HeadDim : d;
+    const int blocks = width / NC;
     int c = 0;
-    for (; c + NC <= width; c += NC, ot += NC * BlockQ, v += NC) pv_block<NC>(ot, alpha, pt, v, v_ld, cols);
+    for (int block = 0; c + NC <= width; c += NC, ot += NC * BlockQ, v += NC, ++block) {
+      next.issue_share(block, blocks);
+      pv_block<NC>(ot, alpha, pt, v, v_ld, cols);
+    }
     for (; c < width; ++c, ot += BlockQ, ++v) pv_block<1>(ot, alpha, pt, v, v_ld, cols);
   }
 
@@ -173,11 +184,14 @@ struct StorageOps {
   }
 
   // st (cols, BlockQ) = raw scores K·Qᵀ.
-  static void qk(Acc* st, const QElem* qt, KvTile k, int cols, int d) { Gemm::qk(st, qt, k.data, k.ld, cols, d); }
+  // `next`: rows to prefetch meanwhile (the V tile, during qk; the next K tile, during pv).
+  static void qk(Acc* st, const QElem* qt, KvTile k, int cols, int d, const PrefetchRows& next = {}) {
+    Gemm::qk(st, qt, k.data, k.ld, cols, d, next);
+  }
 
   // ot (d, BlockQ) = ot · diag(alpha) + Vᵀ·Pᵀ, with pt (cols, BlockQ) the probabilities.
-  static void pv(Acc* ot, const Acc* alpha, Acc* pt, KvTile v, int cols, int d) {
-    Gemm::pv(ot, alpha, pt, v.data, v.ld, cols, d);
+  static void pv(Acc* ot, const Acc* alpha, Acc* pt, KvTile v, int cols, int d, const PrefetchRows& next = {}) {
+    Gemm::pv(ot, alpha, pt, v.data, v.ld, cols, d, next);
   }
 
  private:

@@ -119,15 +119,19 @@ struct StorageOps<T, BlockQ, BlockKV, HeadDim, Isa::Avx512Bf16, std::enable_if_t
   }
 
   // st (cols, BlockQ) = raw scores K·Qᵀ.
-  static void qk(Acc* st, const QElem* qt, KvTile k, int cols, int d) {
+  static void qk(Acc* st, const QElem* qt, KvTile k, int cols, int d, const PrefetchRows& next = {}) {
     const int d2 = HeadDim > 0 ? (HeadDim + 1) / 2 : pairs(d);
     int j = 0;
-    for (; j + NJ <= cols; j += NJ, st += NJ * BlockQ, k.data += NJ * k.ld) qk_block<NJ>(st, qt, k, d2);
+    for (; j + NJ <= cols; j += NJ, st += NJ * BlockQ, k.data += NJ * k.ld) {
+      next.issue(j, j + NJ);
+      qk_block<NJ>(st, qt, k, d2);
+    }
     for (; j < cols; ++j, st += BlockQ, k.data += k.ld) qk_block<1>(st, qt, k, d2);
   }
 
   // ot (d, BlockQ) = ot · diag(alpha) + Vᵀ·Pᵀ. pt (cols, BlockQ) fp32 probabilities, packed to pairs in place.
-  static void pv(Acc* ot, const Acc* alpha, Acc* pt, KvTile v, int cols, int d) {
+  static void pv(Acc* ot, const Acc* alpha, Acc* pt, KvTile v, int cols, int d, const PrefetchRows& next = {}) {
+    next.issue(0, next.rows);  // the V staging already streamed this tile; the next K tile goes in one go
     pack_p_pairs(pt, cols);
     const QElem* p2 = reinterpret_cast<const QElem*>(pt);
     const int width = HeadDim > 0 ? HeadDim : d;

@@ -1,0 +1,54 @@
+#pragma once
+// Software prefetch of the next K/V rows while the current tile computes. K and V rows of one head are
+// usually far apart in memory (BSHD: heads·dim elements between rows, a new page every row or two), a
+// pattern the hardware prefetchers follow poorly, so the tile after the current one would otherwise
+// arrive from L3 or DRAM on demand. The micro-kernels issue a few rows of prefetches per block of work,
+// spreading them over the tile instead of bursting them.
+
+#include <cstdint>
+
+#include "flashattn/views.hpp"
+
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+
+#ifndef FLASHATTN_PREFETCH
+#define FLASHATTN_PREFETCH 1
+#endif
+
+namespace flashattn::cpu {
+
+// Rows [0, rows) of a row-major block: `row_bytes` bytes each, `stride_bytes` apart. Empty by default.
+struct PrefetchRows {
+  const char* base = nullptr;
+  index_t stride_bytes = 0;
+  int rows = 0;
+  int row_bytes = 0;
+
+  // Prefetches rows [r0, r1) ∩ [0, rows), every cache line of each.
+  void issue(int r0, int r1) const {
+#if FLASHATTN_PREFETCH && defined(__SSE__)
+    if (r1 > rows) r1 = rows;
+    for (int r = r0; r < r1; ++r) {
+      const char* row = base + r * stride_bytes;
+      for (int off = 0; off < row_bytes; off += 64) _mm_prefetch(row + off, _MM_HINT_T0);
+    }
+#else
+    (void)r0;
+    (void)r1;
+#endif
+  }
+  // The share of the rows that belongs to step `step` of `steps` equal steps.
+  void issue_share(int step, int steps) const { issue(step * rows / steps, (step + 1) * rows / steps); }
+};
+
+// Rows [k0, k0 + rows) of one head of a K or V view, when they are worth prefetching (unit dim stride).
+template <class T>
+PrefetchRows prefetch_rows(const TensorView<const T>& x, index_t b, index_t h, index_t k0, int rows, int d) {
+  if (rows <= 0 || x.stride_dim != 1) return {};
+  return {reinterpret_cast<const char*>(x.row(b, k0, h)), x.stride_seq * index_t(sizeof(T)), rows,
+          int(d * sizeof(T))};
+}
+
+}  // namespace flashattn::cpu
