@@ -34,6 +34,8 @@ inline bool cpu_runs(cpu::Isa isa) {
     case cpu::Isa::Avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    case cpu::Isa::Avx512Bf16:
+      return cpu_runs(cpu::Isa::Avx512) && __builtin_cpu_supports("avx512bf16");
   }
   return false;
 }

@@ -19,6 +19,7 @@
 #include "flashattn/attention.hpp"
 #include "flashattn/backward.hpp"
 #include "flashattn/cpu/aligned_buffer.hpp"
+#include "flashattn/naive_backward.hpp"
 #include "reference.hpp"
 #include "reference_backward.hpp"
 #include "tolerance.hpp"
@@ -213,6 +214,20 @@ TEST(BackwardFiniteDifference, MatchesCentralDifferences) {
         EXPECT_NEAR(grad[at], numeric, 1e-8 * std::max(1.0, std::abs(numeric))) << name << "[" << at << "]";
       }
     }
+  }
+}
+
+// ---- The naive backward (naive_backward.hpp), the comparison baseline of the benchmark and the example ----
+
+TEST(NaiveBackward, MatchesReference) {
+  for (bool causal : {false, true}) {
+    GradProblem<float> pr(Layout::Bhsd, 2, 70, 90, 4, 2, 32, 31);
+    AttentionOptions opts;
+    opts.causal = causal;
+    pr.forward(opts);
+    naive_attention_backward<float>(pr.q.cview(), pr.k.cview(), pr.v.cview(), pr.o.cview(), pr.d_o.cview(),
+                                    pr.lse.view(), pr.dq.view(), pr.dk.view(), pr.dv.view(), opts);
+    EXPECT_TRUE(grads_match(pr, 1.0 / std::sqrt(32.0), band_of(opts, 70, 90))) << (causal ? "causal" : "no mask");
   }
 }
 
