@@ -35,22 +35,32 @@ void dispatch_head_dim(const ForwardParams<T>& p, const Mask& mask, Accounting& 
   }
 }
 
+// The tile configuration: the caller's, or for AutoTiles the default chosen by this CPU's L2 size.
+template <class TileChoice, class T, class Mask, class Accounting>
+void dispatch_tiles(const ForwardParams<T>& p, const Mask& mask, Accounting& acct) {
+  if constexpr (std::is_same_v<TileChoice, AutoTiles>) {
+    if (cpu::tall_query_blocks()) return dispatch_head_dim<cpu::TallTiles<T>>(p, mask, acct);
+    return dispatch_head_dim<cpu::DefaultTiles<T>>(p, mask, acct);
+  } else {
+    return dispatch_head_dim<TileChoice>(p, mask, acct);
+  }
+}
+
 // With a mask policy of the caller's.
 template <class TileChoice, class T, class Mask, class Accounting>
 void dispatch_forward(const ForwardParams<T>& p, const Mask& mask, Accounting& acct) {
-  dispatch_head_dim<resolve_tiles<TileChoice, T>>(p, mask, acct);
+  dispatch_tiles<TileChoice>(p, mask, acct);
 }
 
 // With the mask the options describe.
 template <class TileChoice, class T, class Accounting>
 void dispatch_forward(const ForwardParams<T>& p, const AttentionOptions& opts, Accounting& acct) {
-  using TileConfig = resolve_tiles<TileChoice, T>;
   if (opts.causal) {
-    dispatch_head_dim<TileConfig>(p, BandMask::window(p.q.seq, p.k.seq, opts.window_left, 0), acct);
+    dispatch_tiles<TileChoice>(p, BandMask::window(p.q.seq, p.k.seq, opts.window_left, 0), acct);
   } else if (opts.has_window()) {
-    dispatch_head_dim<TileConfig>(p, BandMask::window(p.q.seq, p.k.seq, opts.window_left, opts.window_right), acct);
+    dispatch_tiles<TileChoice>(p, BandMask::window(p.q.seq, p.k.seq, opts.window_left, opts.window_right), acct);
   } else {
-    dispatch_head_dim<TileConfig>(p, NoMask{p.k.seq}, acct);
+    dispatch_tiles<TileChoice>(p, NoMask{p.k.seq}, acct);
   }
 }
 

@@ -13,8 +13,11 @@
 #include <xmmintrin.h>
 #endif
 
+// Off unless asked for (-DFLASHATTN_PREFETCH=1): measured with bench/tile_sweep, it cost 25–35 % on a
+// Sapphire-Rapids-class Xeon (software prefetches compete for the L1 miss buffers there) for a few
+// percent at best on Zen 5 (docs/performance.md).
 #ifndef FLASHATTN_PREFETCH
-#define FLASHATTN_PREFETCH 1
+#define FLASHATTN_PREFETCH 0
 #endif
 
 namespace flashattn::cpu {

@@ -4,6 +4,10 @@
 
 #include <type_traits>
 
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
+#endif
+
 #include "flashattn/cpu/isa.hpp"
 
 namespace flashattn::cpu {
@@ -21,10 +25,30 @@ struct Tiles {
 template <class T>
 using acc_t = std::conditional_t<std::is_same_v<std::remove_cv_t<T>, double>, double, float>;
 
-// Tiles used when the caller does not choose. Measured on Zen 5 (docs/performance.md): fp32 BlockQ 32–64
-// with BlockKV 64–128 all run within a few percent of each other at d = 64–256; 64 × 64 keeps the
-// working set (Qᵀ, Oᵀ, Sᵀ, a K/V tile) within L2 up to d = 256.
+// Tiles used when the caller does not choose. Every query block streams all of K and V once, so a taller
+// block (more query rows) reads K/V from L3 or DRAM proportionally less often, at the price of a larger
+// working set (Qᵀ and Oᵀ grow with BlockQ). Measured (docs/performance.md, bench/tile_sweep): on Zen 5
+// (1 MiB L2) 64 × 64 is fastest or within a few percent at d = 64–256 and 128-row blocks lose 5–7 % at
+// d ≥ 128; on a Sapphire-Rapids-class Xeon (2 MiB L2, slower L3) 128-row blocks win by ~15 % at d = 128.
+// The forward dispatch picks between the two at run time by the L2 size (tall_query_blocks()).
 template <class T>
 using DefaultTiles = Tiles<64, 64>;
+template <class T>
+using TallTiles = Tiles<128, 64>;
+
+// This CPU's L2 cache per core, in bytes (1 MiB when the system does not say), read once.
+inline long l2_cache_bytes() {
+  static const long bytes = [] {
+    long b = 0;
+#if defined(_SC_LEVEL2_CACHE_SIZE)
+    b = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+    return b > 0 ? b : 1L << 20;
+  }();
+  return bytes;
+}
+
+// Whether TallTiles should replace DefaultTiles on this CPU: when its L2 holds the taller working set.
+inline bool tall_query_blocks() { return l2_cache_bytes() >= (2L << 20); }
 
 }  // namespace flashattn::cpu
