@@ -165,6 +165,39 @@ void bm_thread_scaling(benchmark::State& state) {
   state.counters["speedup"] = one[one.size() / 2] / many[many.size() / 2];
 }
 
+// 16-bit storage against fp32 on the same shape, alternated call by call (one thread, CPU time): the
+// ratio the bf16/fp16 targets are stated in.
+template <class T>
+void bm_dtype_vs_fp32(benchmark::State& state) {
+  const index_t n = state.range(0), d = state.range(1);
+  const bool causal = state.range(2) != 0;
+  Problem<float> pf(n, d, heads_for(n));
+  Problem<T> pt(n, d, heads_for(n));
+  flashattn::AttentionOptions opts;
+  opts.causal = causal;
+  opts.num_threads = 1;
+  auto call_f = [&] { flashattn::attention_forward(pf.view(pf.q), pf.view(pf.k), pf.view(pf.v), pf.out(), opts); };
+  auto call_t = [&] { flashattn::attention_forward(pt.view(pt.q), pt.view(pt.k), pt.view(pt.v), pt.out(), opts); };
+  call_f();
+  call_t();
+  std::vector<double> tf, tt;
+  const flashattn::bench::RateClock clock(1);
+  for (auto _ : state) {
+    double t0 = clock.now();
+    call_f();
+    tf.push_back(clock.now() - t0);
+    t0 = clock.now();
+    call_t();
+    tt.push_back(clock.now() - t0);
+  }
+  std::sort(tf.begin(), tf.end());
+  std::sort(tt.begin(), tt.end());
+  const double flops = 4.0 * double(pf.h) * double(n) * double(n) * double(d) * (causal ? 0.5 : 1.0);
+  state.counters["GFLOP/s_fp32"] = flops / tf[tf.size() / 2] * 1e-9;
+  state.counters["GFLOP/s_16bit"] = flops / tt[tt.size() / 2] * 1e-9;
+  state.counters["x_fp32"] = tf[tf.size() / 2] / tt[tt.size() / 2];
+}
+
 template <class T>
 void register_all(const char* path, void (*fn)(benchmark::State&), index_t max_n) {
   for (index_t n : {512, 1024, 2048, 4096, 8192, 16384}) {
@@ -208,6 +241,14 @@ int main(int argc, char** argv) {
   register_all<float>("tiled", bm_tiled<float>, 16384);
   register_all<Eigen::bfloat16>("tiled", bm_tiled<Eigen::bfloat16>, 16384);
   register_all<Eigen::half>("tiled", bm_tiled<Eigen::half>, 16384);
+  for (index_t d : {64, 128})
+    for (int causal : {0, 1}) {
+      const std::string suffix = "/N:4096/d:" + std::to_string(d) + "/causal:" + std::to_string(causal) + "/threads:1";
+      benchmark::RegisterBenchmark(("vs_fp32/bf16" + suffix).c_str(), bm_dtype_vs_fp32<Eigen::bfloat16>)
+          ->Args({4096, d, causal})->Unit(benchmark::kMillisecond)->Iterations(5);
+      benchmark::RegisterBenchmark(("vs_fp32/fp16" + suffix).c_str(), bm_dtype_vs_fp32<Eigen::half>)
+          ->Args({4096, d, causal})->Unit(benchmark::kMillisecond)->Iterations(5);
+    }
   for (int threads : thread_counts()) {
     if (threads == 1) continue;
     for (int causal : {0, 1}) {
