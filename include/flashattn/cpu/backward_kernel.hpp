@@ -22,10 +22,18 @@
 // count credits 5 (docs/backward.md). Extra memory is the two per-row statistics, O(batch·heads·seq_q),
 // plus per-worker tiles: no (seq_q × seq_k) buffer exists anywhere.
 //
-// Both programs use the forward's micro-kernels (tile_ops.hpp) on the transposed layout, with the roles
-// of the packet dimension chosen per program: query rows in DqProgram (as in the forward), key rows in
-// DkvProgram, so that each program's accumulators have the rows it owns in the packets and the rows it
-// streams (K, V rows for dQ; Q, dO rows for dK, dV) are read in place by broadcasts.
+// Both programs run the forward's tile GEMMs (StorageOps of tile_ops.hpp: the FMA micro-kernels on the
+// transposed layout, or the bf16 dot-product ones of tile_ops_bf16.hpp) with the roles of its operands
+// chosen per program, so that the accumulators hold the rows the program owns in packets and the rows it
+// streams are read as the forward reads K and V:
+//
+//   DqProgram  (packets along query rows)   "Q" operand: Qᵀ, dOᵀ     streamed: K, V rows
+//     Sᵀ  = qk(Qᵀ; K)      dPᵀ = qk(dOᵀ; V)      dQᵀ += pv(dSᵀ; K)
+//   DkvProgram (packets along key rows)     "Q" operand: Kᵀ, Vᵀ      streamed: Q, dO rows
+//     S   = qk(Kᵀ; Q)      dP  = qk(Vᵀ; dO)      dVᵀ += pv(P; dO)      dKᵀ += pv(dS; Q)
+//
+// For bf16 that means P and dS enter their GEMMs rounded to bf16, as in FlashAttention 2 on GPUs (and
+// in the naive bf16 backward of the tolerance rule); every sum is fp32.
 
 #include <algorithm>
 #include <cmath>
@@ -38,7 +46,9 @@
 #include "flashattn/cpu/aligned_buffer.hpp"
 #include "flashattn/cpu/convert.hpp"
 #include "flashattn/cpu/simd.hpp"
+#include "flashattn/cpu/prefetch.hpp"
 #include "flashattn/cpu/tile_ops.hpp"
+#include "flashattn/cpu/tile_ops_bf16.hpp"
 #include "flashattn/cpu/tiles.hpp"
 #include "flashattn/masks.hpp"
 
@@ -66,8 +76,10 @@ class BackwardKernel {
   using V = Simd<Acc, kIsa>;
   using Reg = typename V::Reg;
   static constexpr int W = V::width;
-  using OpsQ = TileOps<Acc, BlockQ, HeadDim, kIsa>;    // packets along query rows
-  using OpsKV = TileOps<Acc, BlockKV, HeadDim, kIsa>;  // packets along key rows
+  // The forward's tile GEMMs, once with query rows in the packets (BlockQ wide, streaming key tiles of
+  // BlockKV rows), once with key rows in the packets (BlockKV wide, streaming query tiles of BlockQ rows).
+  using OpsQ = StorageOps<T, BlockQ, BlockKV, HeadDim, kIsa>;
+  using OpsKV = StorageOps<T, BlockKV, BlockQ, HeadDim, kIsa>;
   static_assert(BlockKV % W == 0,
                 "the backward holds a key block in packets: BlockKV must be a multiple of the packet width");
 
@@ -75,65 +87,78 @@ class BackwardKernel {
   class DqScratch {
    public:
     explicit DqScratch(int d)
-        : qt_(std::size_t(d) * BlockQ),
-          dot_(std::size_t(d) * BlockQ),
+        : qt_(OpsQ::q_elems(d)),
+          dot_(OpsQ::q_elems(d)),
+          stage_(3 * OpsQ::kv_stage_elems(d)),
           dqt_(std::size_t(d) * BlockQ),
           st_(std::size_t(BlockKV) * BlockQ),
           dpt_(std::size_t(BlockKV) * BlockQ),
           gt_(std::size_t(BlockKV) * BlockQ),
-          kv_(2 * std::size_t(BlockKV) * d),
-          rows_(3 * std::size_t(BlockQ)) {
+          rows_(3 * std::size_t(BlockQ) + std::size_t(d)),
+          stage_elems_(OpsQ::kv_stage_elems(d)) {
       // Lanes the score modifier never writes (padding rows) must multiply by a finite 0.
       std::fill(gt_.data(), gt_.data() + gt_.size(), Acc(0));
       std::fill(ones(), ones() + BlockQ, Acc(1));
     }
 
-    Acc* qt() { return qt_.data(); }                   // (d, BlockQ)       Qᵀ
-    Acc* dot() { return dot_.data(); }                 // (d, BlockQ)       dOᵀ
+    typename OpsQ::QElem* qt() { return qt_.data(); }     // Qᵀ, OpsQ's layout
+    typename OpsQ::QElem* dot() { return dot_.data(); }   // dOᵀ, OpsQ's layout
+    typename OpsQ::KvElem* k_stage() { return stage_.data(); }                     // K tile as qk reads it
+    typename OpsQ::KvElem* v_stage() { return stage_.data() + stage_elems_; }      // V tile as qk reads it
+    typename OpsQ::KvElem* kv_stage() { return stage_.data() + 2 * stage_elems_; } // K tile as pv reads it
     Acc* dqt() { return dqt_.data(); }                 // (d, BlockQ)       dQᵀ accumulator
     Acc* st() { return st_.data(); }                   // (BlockKV, BlockQ) Sᵀ = K·Qᵀ (unscaled), then Pᵀ
     Acc* dpt() { return dpt_.data(); }                 // (BlockKV, BlockQ) dPᵀ, then dSᵀ
     Acc* gt() { return gt_.data(); }                   // (BlockKV, BlockQ) d score'/d score (score modifiers)
-    Acc* k_stage() { return kv_.data(); }              // (BlockKV, d)      K tile in Acc, when staging is needed
-    Acc* v_stage() { return kv_.data() + kv_.size() / 2; }
     Acc* delta() { return rows_.data(); }              // (BlockQ)          D; 0 in padding rows
     Acc* neg_lse() { return rows_.data() + BlockQ; }   // (BlockQ)          −LSE; −inf in padding rows
     Acc* ones() { return rows_.data() + 2 * BlockQ; }  // (BlockQ)          pv's rescale factors: none here
+    Acc* row_buf() { return rows_.data() + 3 * BlockQ; }  // (d)            one converted input row
 
    private:
-    AlignedBuffer<Acc> qt_, dot_, dqt_, st_, dpt_, gt_, kv_, rows_;
+    AlignedBuffer<typename OpsQ::QElem> qt_, dot_;
+    AlignedBuffer<typename OpsQ::KvElem> stage_;
+    AlignedBuffer<Acc> dqt_, st_, dpt_, gt_, rows_;
+    std::size_t stage_elems_;
   };
 
   // The working set of one dK/dV worker.
   class DkvScratch {
    public:
     explicit DkvScratch(int d)
-        : kt_(std::size_t(d) * BlockKV),
-          vt_(std::size_t(d) * BlockKV),
+        : kt_(OpsKV::q_elems(d)),
+          vt_(OpsKV::q_elems(d)),
+          stage_(4 * OpsKV::kv_stage_elems(d)),
           dkt_(std::size_t(d) * BlockKV),
           dvt_(std::size_t(d) * BlockKV),
           s_(std::size_t(BlockQ) * BlockKV),
           dp_(std::size_t(BlockQ) * BlockKV),
           g_(std::size_t(BlockQ) * BlockKV),
-          qo_(2 * std::size_t(BlockQ) * d),
-          ones_(std::size_t(BlockKV)) {
+          rows_(std::size_t(BlockKV) + std::size_t(d)),
+          stage_elems_(OpsKV::kv_stage_elems(d)) {
       std::fill(g_.data(), g_.data() + g_.size(), Acc(0));
-      std::fill(ones_.data(), ones_.data() + BlockKV, Acc(1));
+      std::fill(ones(), ones() + BlockKV, Acc(1));
     }
 
-    Acc* kt() { return kt_.data(); }                // (d, BlockKV)      Kᵀ
-    Acc* vt() { return vt_.data(); }                // (d, BlockKV)      Vᵀ
-    Acc* dkt() { return dkt_.data(); }              // (d, BlockKV)      dKᵀ accumulator (unscaled)
-    Acc* dvt() { return dvt_.data(); }              // (d, BlockKV)      dVᵀ accumulator
-    Acc* s() { return s_.data(); }                  // (BlockQ, BlockKV) S = Q·Kᵀ (unscaled), then P
-    Acc* dp() { return dp_.data(); }                // (BlockQ, BlockKV) dP, then dS
-    Acc* g() { return g_.data(); }                  // (BlockQ, BlockKV) d score'/d score (score modifiers)
-    Acc* q_stage() { return qo_.data(); }           // (BlockQ, d)       Q rows in Acc, when staging is needed
-    Acc* do_stage() { return qo_.data() + qo_.size() / 2; }
-    Acc* ones() { return ones_.data(); }            // (BlockKV)
+    typename OpsKV::QElem* kt() { return kt_.data(); }  // Kᵀ, OpsKV's layout
+    typename OpsKV::QElem* vt() { return vt_.data(); }  // Vᵀ, OpsKV's layout
+    typename OpsKV::KvElem* q_stage() { return stage_.data(); }                        // Q rows as qk reads them
+    typename OpsKV::KvElem* do_stage() { return stage_.data() + stage_elems_; }        // dO rows as qk reads them
+    typename OpsKV::KvElem* q_pv_stage() { return stage_.data() + 2 * stage_elems_; }  // Q rows as pv reads them
+    typename OpsKV::KvElem* do_pv_stage() { return stage_.data() + 3 * stage_elems_; } // dO rows as pv reads them
+    Acc* dkt() { return dkt_.data(); }            // (d, BlockKV)      dKᵀ accumulator (unscaled)
+    Acc* dvt() { return dvt_.data(); }            // (d, BlockKV)      dVᵀ accumulator
+    Acc* s() { return s_.data(); }                // (BlockQ, BlockKV) S = Q·Kᵀ (unscaled), then P
+    Acc* dp() { return dp_.data(); }              // (BlockQ, BlockKV) dP, then dS
+    Acc* g() { return g_.data(); }                // (BlockQ, BlockKV) d score'/d score (score modifiers)
+    Acc* ones() { return rows_.data(); }          // (BlockKV)
+    Acc* row_buf() { return rows_.data() + BlockKV; }  // (d)
 
    private:
-    AlignedBuffer<Acc> kt_, vt_, dkt_, dvt_, s_, dp_, g_, qo_, ones_;
+    AlignedBuffer<typename OpsKV::QElem> kt_, vt_;
+    AlignedBuffer<typename OpsKV::KvElem> stage_;
+    AlignedBuffer<Acc> dkt_, dvt_, s_, dp_, g_, rows_;
+    std::size_t stage_elems_;
   };
 
   // dQ of query rows [q0, q0 + BlockQ) of head h, and the rows' statistics (written to `stats`).
@@ -146,8 +171,8 @@ class BackwardKernel {
     const int d = HeadDim > 0 ? HeadDim : int(p.q.dim);
     const index_t h_kv = p.kv_head(h);
 
-    load_transposed<BlockQ>(s.qt(), p.q, b, h, q0, rows, d);
-    load_transposed<BlockQ>(s.dot(), p.d_o, b, h, q0, rows, d);
+    OpsQ::load_q(s.qt(), s.row_buf(), p.q, b, h, q0, rows, d);
+    OpsQ::load_q(s.dot(), s.row_buf(), p.d_o, b, h, q0, rows, d);
     row_statistics(p, b, h, q0, rows, d, s.delta(), s.neg_lse());
 
     // Clipped to the keys that exist, so that no mask policy, however written, can make us read past K/V.
@@ -165,20 +190,23 @@ class BackwardKernel {
       if (kind == TileKind::Empty) continue;
       const int cols = int(k1 - k0);
 
-      index_t k_ld = 0, v_ld = 0;
-      const Acc* k_tile = rows_of(p.k, b, h_kv, k0, cols, d, s.k_stage(), k_ld);
-      OpsQ::qk(s.st(), s.qt(), k_tile, k_ld, cols, d);  // Sᵀ (cols, BlockQ)
+      const auto k_tile = OpsQ::stage_k(s.k_stage(), p.k, b, h_kv, k0, cols, d);
+      // Sᵀ (cols, BlockQ) = K·Qᵀ, while this tile's V rows are fetched.
+      OpsQ::qk(s.st(), s.qt(), k_tile, cols, d, prefetch_rows(p.v, b, h_kv, k0, cols, d));
       if (kind == TileKind::Partial || Mask::modifies_scores)
         mask_transposed(s.st(), s.gt(), mask, Acc(p.scale), q0, rows, k0, cols);
 
-      const Acc* v_tile = rows_of(p.v, b, h_kv, k0, cols, d, s.v_stage(), v_ld);
-      OpsQ::qk(s.dpt(), s.dot(), v_tile, v_ld, cols, d);  // dPᵀ (cols, BlockQ) = V·dOᵀ
+      const auto v_tile = OpsQ::stage_k(s.v_stage(), p.v, b, h_kv, k0, cols, d);
+      OpsQ::qk(s.dpt(), s.dot(), v_tile, cols, d);  // dPᵀ (cols, BlockQ) = V·dOᵀ
 
       // Sᵀ -> Pᵀ (kept in st) and dPᵀ -> dSᵀ (in dpt).
       probabilities_and_ds_transposed<Mask::modifies_scores>(s.st(), s.dpt(), s.gt(), cols, score_scale<Mask>(p),
                                                              s.delta(), s.neg_lse());
 
-      OpsQ::pv(s.dqt(), s.ones(), s.dpt(), k_tile, k_ld, cols, d);  // dQᵀ (d, BlockQ) += Kᵀ·dSᵀ
+      // dQᵀ (d, BlockQ) += Kᵀ·dSᵀ, while the next tile's K rows are fetched.
+      const auto k_as_v = OpsQ::stage_v(s.kv_stage(), p.k, b, h_kv, k0, cols, d);
+      const int next_cols = int(std::min<index_t>(BlockKV, kv_end - k1));
+      OpsQ::pv(s.dqt(), s.ones(), s.dpt(), k_as_v, cols, d, prefetch_rows(p.k, b, h_kv, k1, next_cols, d));
     }
     store_transposed<BlockQ>(p.dq, b, h, q0, rows, d, s.dqt(), Acc(p.scale));
   }
@@ -192,8 +220,8 @@ class BackwardKernel {
     const int cols = int(k1 - k0);
     const int d = HeadDim > 0 ? HeadDim : int(p.q.dim);
 
-    load_transposed<BlockKV>(s.kt(), p.k, b, h_kv, k0, cols, d);
-    load_transposed<BlockKV>(s.vt(), p.v, b, h_kv, k0, cols, d);
+    OpsKV::load_q(s.kt(), s.row_buf(), p.k, b, h_kv, k0, cols, d);
+    OpsKV::load_q(s.vt(), s.row_buf(), p.v, b, h_kv, k0, cols, d);
     std::fill(s.dkt(), s.dkt() + std::size_t(d) * BlockKV, Acc(0));
     std::fill(s.dvt(), s.dvt() + std::size_t(d) * BlockKV, Acc(0));
 
@@ -217,20 +245,25 @@ class BackwardKernel {
         const bool partial = kind == TileKind::Partial || lo > k0 || hi < k1;
         const int rows = int(q1 - q0);
 
-        index_t q_ld = 0, do_ld = 0;
-        const Acc* q_rows = rows_of(p.q, b, h, q0, rows, d, s.q_stage(), q_ld);
-        const Acc* do_rows = rows_of(p.d_o, b, h, q0, rows, d, s.do_stage(), do_ld);
-        OpsKV::qk(s.s(), s.kt(), q_rows, q_ld, rows, d);  // S (rows, BlockKV)
+        const auto q_rows = OpsKV::stage_k(s.q_stage(), p.q, b, h, q0, rows, d);
+        // S (rows, BlockKV) = Q·Kᵀ, while this block's dO rows are fetched.
+        OpsKV::qk(s.s(), s.kt(), q_rows, rows, d, prefetch_rows(p.d_o, b, h, q0, rows, d));
         if (partial || HeadMask::modifies_scores || cols < BlockKV)
           mask_rows(s.s(), s.g(), head_mask, Acc(p.scale), partial, q0, rows, k0, cols, lo, hi);
-        OpsKV::qk(s.dp(), s.vt(), do_rows, do_ld, rows, d);  // dP (rows, BlockKV) = dO·Vᵀ
+        const auto do_rows = OpsKV::stage_k(s.do_stage(), p.d_o, b, h, q0, rows, d);
+        OpsKV::qk(s.dp(), s.vt(), do_rows, rows, d);  // dP (rows, BlockKV) = dO·Vᵀ
 
         // S -> P (in s) and dP -> dS (in dp).
         probabilities_and_ds_rows<HeadMask::modifies_scores>(s.s(), s.dp(), s.g(), rows, score_scale<HeadMask>(p),
                                                              delta + q0, neg_lse + q0);
 
-        OpsKV::pv(s.dvt(), s.ones(), s.s(), do_rows, do_ld, rows, d);  // dVᵀ (d, BlockKV) += dOᵀ·P
-        OpsKV::pv(s.dkt(), s.ones(), s.dp(), q_rows, q_ld, rows, d);   // dKᵀ (d, BlockKV) += Qᵀ·dS
+        const auto do_as_v = OpsKV::stage_v(s.do_pv_stage(), p.d_o, b, h, q0, rows, d);
+        OpsKV::pv(s.dvt(), s.ones(), s.s(), do_as_v, rows, d);  // dVᵀ (d, BlockKV) += dOᵀ·P
+        const auto q_as_v = OpsKV::stage_v(s.q_pv_stage(), p.q, b, h, q0, rows, d);
+        const index_t next_q0 = std::min(q1, p.q.seq);
+        const int next_rows = int(std::min<index_t>(BlockQ, p.q.seq - next_q0));
+        OpsKV::pv(s.dkt(), s.ones(), s.dp(), q_as_v, rows, d,
+                  prefetch_rows(p.q, b, h, next_q0, next_rows, d));  // dKᵀ (d, BlockKV) += Qᵀ·dS
       }
     }
     store_transposed<BlockKV>(p.dk, b, h_kv, k0, cols, d, s.dkt(), Acc(p.scale));
@@ -296,9 +329,8 @@ class BackwardKernel {
       const TileKind kind = mask.tile(q0, q1, k0, k1);
       if (kind == TileKind::Empty) continue;
       const int cols = int(k1 - k0);
-      index_t k_ld = 0;
-      const Acc* k_tile = rows_of(p.k, b, h_kv, k0, cols, d, s.k_stage(), k_ld);
-      OpsQ::qk(s.st(), s.qt(), k_tile, k_ld, cols, d);
+      const auto k_tile = OpsQ::stage_k(s.k_stage(), p.k, b, h_kv, k0, cols, d);
+      OpsQ::qk(s.st(), s.qt(), k_tile, cols, d);
       if (kind == TileKind::Partial || Mask::modifies_scores)
         mask_transposed(s.st(), s.gt(), mask, Acc(p.scale), q0, rows, k0, cols);
       for (int i = 0; i < BlockQ; i += W) {
@@ -399,33 +431,6 @@ class BackwardKernel {
       s = Acc(mask.score(i, j, natural));
       g = Acc(mask.score_grad(i, j, natural));
     }
-  }
-
-  // dst (d, Block) = X[r0 : r0 + n]ᵀ for one head, zero in the padding columns of a tail block.
-  template <int Block>
-  static void load_transposed(Acc* dst, const TensorView<const T>& x, index_t b, index_t h, index_t r0, int n,
-                              int d) {
-    for (int i = 0; i < n; ++i) {
-      const T* row = x.row(b, r0 + i, h);
-      for (int c = 0; c < d; ++c) dst[c * Block + i] = Acc(row[c * x.stride_dim]);
-    }
-    for (int c = 0; c < d; ++c)
-      for (int i = n; i < Block; ++i) dst[c * Block + i] = Acc(0);
-  }
-
-  // X[r0 : r0 + n] of one head as a row-major Acc matrix: in place when the storage already is Acc with
-  // unit dim stride, else converted into `stage` (once per tile, amortised over the other block's rows).
-  static const Acc* rows_of(const TensorView<const T>& x, index_t b, index_t h, index_t r0, int n, int d, Acc* stage,
-                            index_t& ld) {
-    if constexpr (std::is_same_v<T, Acc>) {
-      if (x.stride_dim == 1) {
-        ld = x.stride_seq;
-        return x.row(b, r0, h);
-      }
-    }
-    for (int j = 0; j < n; ++j) load_row(stage + std::size_t(j) * d, x.row(b, r0 + j, h), x.stride_dim, d);
-    ld = d;
-    return stage;
   }
 
   // out[r0 + i][c] = scale · src[c][i] for the n real rows of a block.
