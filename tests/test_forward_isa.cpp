@@ -1,6 +1,7 @@
 // The forward pass on every other instruction set this build can run: the portable path (packet width
-// 1, so odd tile sizes are legal and exercised), AVX2 and a second set of AVX-512 shapes whose query
-// block is an odd number of packets. Instruction sets not compiled in are dropped from the list; those
+// 1, so odd tile sizes are legal and exercised), AVX2, plain AVX-512 (also for the 16-bit types, whose
+// default may be the bf16 dot-product path) with query blocks of an odd number of packets, and the
+// AVX-512 BF16 path with an odd key block. Instruction sets not compiled in are dropped from the list; those
 // compiled in but not supported by the CPU are reported as skipped.
 
 #include "forward_cases.hpp"
@@ -15,7 +16,10 @@ using OtherIsaConfigs = CompiledConfigs<
     Pair<Eigen::half, TileSpec<16, 16, Isa::Portable>>, Pair<Eigen::bfloat16, TileSpec<4, 9, Isa::Portable>>,
     Pair<float, TileSpec<16, 32, Isa::Avx2>>, Pair<double, TileSpec<8, 16, Isa::Avx2>>,
     Pair<Eigen::half, TileSpec<24, 8, Isa::Avx2>>, Pair<Eigen::bfloat16, TileSpec<8, 24, Isa::Avx2>>,
-    Pair<float, TileSpec<48, 16, Isa::Avx512>>, Pair<double, TileSpec<24, 40, Isa::Avx512>>>;
+    Pair<float, TileSpec<48, 16, Isa::Avx512>>, Pair<double, TileSpec<24, 40, Isa::Avx512>>,
+    Pair<Eigen::half, TileSpec<32, 16, Isa::Avx512>>, Pair<Eigen::bfloat16, TileSpec<32, 16, Isa::Avx512>>,
+    // bf16 dot products take keys in pairs: an odd key block leaves a half pair in every tile.
+    Pair<Eigen::bfloat16, TileSpec<48, 17, Isa::Avx512Bf16>>>;
 
 INSTANTIATE_TYPED_TEST_SUITE_P(OtherIsa, ForwardTest, OtherIsaConfigs, ConfigName);
 
