@@ -10,13 +10,13 @@
 // Every gradient element is owned by exactly one program, which accumulates it in a fixed order, so the
 // result has the same bits whatever the thread count (no atomics, no racing adds):
 //
-//   DqProgram  (batch, query head, query block): recomputes S, P, dP, dS against every key tile its mask
-//              keeps and accumulates dQ (HeadDim, BlockQ) in registers/L1. It also produces the per-row
-//              statistics (D and the LSE in base-2 units) that the other program reads.
-//   DkvProgram (batch, KV head, key block): owns dK and dV (HeadDim, BlockKV) of its keys, and loops over
-//              every query head of its GQA group and every query block that keeps one of its keys.
+//   run_dq  (batch, query head, query block): recomputes S, P, dP, dS against every key tile its mask
+//           keeps and accumulates dQ (HeadDim, BlockQ) in registers/L1. It also produces the per-row
+//           statistics (D and −LSE) that run_dkv reads.
+//   run_dkv (batch, KV head, key block): owns dK and dV (HeadDim, BlockKV) of its keys, and loops over
+//           every query head of its GQA group and every query block that keeps one of its keys.
 //
-// dQ is a separate program rather than a by-product of DkvProgram: summing dQ's contributions from many
+// dQ is a separate program rather than a by-product of run_dkv: summing dQ's contributions from many
 // key blocks would need either racing adds (not deterministic) or one partial dQ per key block (memory
 // O(N²·d / BlockKV)). The price is recomputing S and dP in the dQ program: 7 tile GEMMs where the FLOP
 // count credits 5 (docs/backward.md). Extra memory is the two per-row statistics, O(batch·heads·seq_q),
@@ -27,9 +27,9 @@
 // chosen per program, so that the accumulators hold the rows the program owns in packets and the rows it
 // streams are read as the forward reads K and V:
 //
-//   DqProgram  (packets along query rows)   "Q" operand: Qᵀ, dOᵀ     streamed: K, V rows
+//   run_dq  (packets along query rows)   "Q" operand: Qᵀ, dOᵀ     streamed: K, V rows
 //     Sᵀ  = qk(Qᵀ; K)      dPᵀ = qk(dOᵀ; V)      dQᵀ += pv(dSᵀ; K)
-//   DkvProgram (packets along key rows)     "Q" operand: Kᵀ, Vᵀ      streamed: Q, dO rows
+//   run_dkv (packets along key rows)     "Q" operand: Kᵀ, Vᵀ      streamed: Q, dO rows
 //     S   = qk(Kᵀ; Q)      dP  = qk(Vᵀ; dO)      dVᵀ += pv(P; dO)      dKᵀ += pv(dS; Q)
 //
 // For bf16 that means P and dS enter their GEMMs rounded to bf16, as in FlashAttention 2 on GPUs (and
@@ -37,14 +37,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <type_traits>
 
 #include "flashattn/backward_masks.hpp"
 #include "flashattn/backward_params.hpp"
 #include "flashattn/cpu/aligned_buffer.hpp"
-#include "flashattn/cpu/convert.hpp"
 #include "flashattn/cpu/simd.hpp"
 #include "flashattn/cpu/prefetch.hpp"
 #include "flashattn/cpu/tile_ops.hpp"
@@ -260,10 +258,9 @@ class BackwardKernel {
         const auto do_as_v = OpsKV::stage_v(s.do_pv_stage(), p.d_o, b, h, q0, rows, d);
         OpsKV::pv(s.dvt(), s.ones(), s.s(), do_as_v, rows, d);  // dVᵀ (d, BlockKV) += dOᵀ·P
         const auto q_as_v = OpsKV::stage_v(s.q_pv_stage(), p.q, b, h, q0, rows, d);
-        const index_t next_q0 = std::min(q1, p.q.seq);
-        const int next_rows = int(std::min<index_t>(BlockQ, p.q.seq - next_q0));
+        const int next_rows = int(std::min<index_t>(BlockQ, p.q.seq - q1));
         OpsKV::pv(s.dkt(), s.ones(), s.dp(), q_as_v, rows, d,
-                  prefetch_rows(p.q, b, h, next_q0, next_rows, d));  // dKᵀ (d, BlockKV) += Qᵀ·dS
+                  prefetch_rows(p.q, b, h, q1, next_rows, d));  // dKᵀ (d, BlockKV) += Qᵀ·dS
       }
     }
     store_transposed<BlockKV>(p.dk, b, h_kv, k0, cols, d, s.dkt(), Acc(p.scale));
