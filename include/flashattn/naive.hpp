@@ -43,8 +43,9 @@ void naive_attention_forward(detail::nondeduced<TensorView<const T>> q, detail::
       load(q, b, h, qm);
       load(k, b, h / p.group, km);
       load(v, b, h / p.group, vm);
-      s.noalias() = qm * km.transpose();  // (sq, sk) in main memory
-      s *= Acc(p.scale);
+      // (sq, sk) in main memory. The scale rides in the GEMM's alpha: a separate `s *= scale` would be one
+      // more full pass over S (measured with cachegrind, docs/io.md).
+      s.noalias() = (Acc(p.scale) * qm) * km.transpose();
       acct.read(Traffic::Q, sq * d * elem);
       acct.read(Traffic::K, sk * d * elem);
       acct.write(Traffic::S, sq * sk * acc_elem);
