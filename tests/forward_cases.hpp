@@ -295,8 +295,33 @@ TYPED_TEST_P(ForwardTest, FusedQkvAndStridedViews) {
   }
 }
 
+// Few query blocks against many keys (decoding, a long prompt on one head): the backend splits the keys
+// into ranges and merges the partial softmaxes. Includes rows that see no key of some ranges (a sliding
+// window) and rows that see no key at all (causal with seq_q > seq_k).
+TYPED_TEST_P(ForwardTest, SplitKeyRanges) {
+  const index_t bq = this->BQ, bkv = this->BKV;
+  struct Shape {
+    index_t seq_q, seq_k;
+    bool causal;
+    index_t left, right;
+  };
+  const Shape shapes[] = {{1, 8 * bkv + 5, false, -1, -1},   {1, 16 * bkv, true, -1, -1},
+                          {bq + 1, 12 * bkv + 3, false, -1, -1}, {bq + 1, 12 * bkv + 3, true, -1, -1},
+                          {bq + 3, 9 * bkv, false, 2 * bkv, 1},  {8 * bkv + 9, 8 * bkv + 2, true, -1, -1}};
+  for (const Shape& sh : shapes) {
+    ForwardCase c;
+    c.heads_q = c.heads_kv = 1;
+    c.seq_q = sh.seq_q;
+    c.seq_k = sh.seq_k;
+    c.causal = sh.causal;
+    c.window_left = sh.left;
+    c.window_right = sh.right;
+    this->run(c);
+  }
+}
+
 REGISTER_TYPED_TEST_SUITE_P(ForwardTest, SequenceLengths, CausalSequenceLengths, CausalIsBottomRightAligned,
                             SlidingWindow, GroupedQueryRatios, HeadDims, BatchesAndBhsdLayout, CustomScale,
-                            FusedQkvAndStridedViews);
+                            FusedQkvAndStridedViews, SplitKeyRanges);
 
 }  // namespace flashattn::testing

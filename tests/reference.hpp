@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "flashattn/cpu/tiles.hpp"
@@ -54,7 +55,7 @@ ReferenceResult reference_attention(const TensorView<const T>& q, const TensorVi
           Calc dot = 0;
           for (index_t c = 0; c < D; ++c) dot += Calc(q(b, i, h, c)) * Calc(k(b, j, hk, c));
           Calc x = round_to<Store>(dot) * Calc(scale);
-          if constexpr (Mask::modifies_scores) x = Calc(head_mask.score(i, j, x));
+          if constexpr (std::decay_t<decltype(head_mask)>::modifies_scores) x = Calc(head_mask.score(i, j, x));
           s[std::size_t(j)] = x;
           m = std::max(m, x);
         }

@@ -67,9 +67,9 @@ struct ToleranceCheck {
 
 template <class T>
 ToleranceCheck check_output(const std::vector<double>& tiled, const std::vector<double>& naive,
-                            const std::vector<double>& reference) {
+                            const std::vector<double>& reference, double ulps = 4.0) {
   return {max_abs_error(tiled, reference), max_abs_error(naive, reference),
-          tiny_eps<cpu::acc_t<T>>(max_abs_finite(reference))};
+          tiny_eps<cpu::acc_t<T>>(max_abs_finite(reference), ulps)};
 }
 
 inline ToleranceCheck check_lse(const std::vector<double>& tiled, const std::vector<double>& naive,
@@ -87,13 +87,15 @@ using exact_t = std::conditional_t<std::is_same_v<T, double> && (std::numeric_li
 
 // Compares a computed output `o` (and `lse`, unless empty) with the fp64 reference of the same problem,
 // under the tolerance rule. `mask` is the policy that describes the problem (NoMask, BandMask, ...).
+// `ulps` sizes the output's epsilon (see tiny_eps); the default suits scores of magnitude up to ~4.
 template <class T, class Mask>
 ::testing::AssertionResult matches_reference(const TensorView<const T>& q, const TensorView<const T>& k,
                                              const TensorView<const T>& v, const TensorView<const T>& o,
-                                             const LseView& lse, double scale, const Mask& mask) {
+                                             const LseView& lse, double scale, const Mask& mask,
+                                             double ulps = 4.0) {
   const ReferenceResult exact = reference_attention<exact_t<T>>(q, k, v, scale, mask);
   const ReferenceResult naive = reference_attention<cpu::acc_t<T>, T>(q, k, v, scale, mask);
-  const ToleranceCheck out = check_output<T>(to_double(o), naive.o, exact.o);
+  const ToleranceCheck out = check_output<T>(to_double(o), naive.o, exact.o, ulps);
   ::testing::AssertionResult result = out.ok() ? ::testing::AssertionSuccess() : ::testing::AssertionFailure();
   result << out.describe("o");
   if (!lse.empty()) {
