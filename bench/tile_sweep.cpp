@@ -1,7 +1,8 @@
 // Tile-size sweep: the forward kernel at several (BlockQ, BlockKV) on one shape, one thread, process CPU
 // time, best of --reps calls each. For choosing DefaultTiles on a new CPU, and for docs/performance.md.
 //   tile_sweep [N=4096] [d=128] [dtype=fp32|bf16|fp16] [causal=0] [reps=3]
-// Built twice: tile_sweep (as shipped: no software prefetch) and tile_sweep_prefetch (FLASHATTN_PREFETCH=1).
+// Built three times: tile_sweep (as shipped), tile_sweep_prefetch (FLASHATTN_PREFETCH=1) and
+// tile_sweep_staged (FLASHATTN_STAGE_KV=1).
 #include <Eigen/Core>
 #include <cstdio>
 #include <cstdlib>
@@ -62,8 +63,9 @@ int main(int argc, char** argv) {
   const std::string dtype = argc > 3 ? argv[3] : "fp32";
   const bool causal = argc > 4 && std::atoi(argv[4]) != 0;
   const int reps = argc > 5 ? std::atoi(argv[5]) : 3;
-  std::printf("tile sweep: %s N=%ld d=%ld causal=%d, 2 heads, 1 thread, prefetch=%d, isa=%s\n", dtype.c_str(), long(n),
-              long(d), int(causal), FLASHATTN_PREFETCH, flashattn::cpu::isa_name(flashattn::cpu::kBestIsa));
+  std::printf("tile sweep: %s N=%ld d=%ld causal=%d, 2 heads, 1 thread, prefetch=%d, stage_kv=%d, isa=%s\n",
+              dtype.c_str(), long(n), long(d), int(causal), FLASHATTN_PREFETCH, FLASHATTN_STAGE_KV,
+              flashattn::cpu::isa_name(flashattn::cpu::kBestIsa));
   if (dtype == "bf16") sweep<Eigen::bfloat16>(n, d, causal, reps);
   else if (dtype == "fp16") sweep<Eigen::half>(n, d, causal, reps);
   else sweep<float>(n, d, causal, reps);

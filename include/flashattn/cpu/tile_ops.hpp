@@ -140,6 +140,13 @@ struct TileOps {
 
 }  // namespace flashattn::cpu
 
+// Copy K and V tiles into contiguous scratch even when they could be read in place (fp32, unit dim
+// stride): rows of one head are heads·dim elements apart, often a multiple of 4 KiB, so the rows of a
+// tile share a handful of L1 sets and pages. Measured with bench/tile_sweep_staged (docs/performance.md).
+#ifndef FLASHATTN_STAGE_KV
+#define FLASHATTN_STAGE_KV 0
+#endif
+
 namespace flashattn::cpu {
 
 // The tile ops as a storage type sees them: how Q, K and V tiles are staged for the micro-kernels and
@@ -197,7 +204,7 @@ struct StorageOps {
  private:
   static KvTile stage_rows(KvElem* stage, const TensorView<const T>& x, index_t b, index_t h, index_t k0, int cols,
                            int d) {
-    if constexpr (std::is_same_v<T, Acc>) {
+    if constexpr (std::is_same_v<T, Acc> && !FLASHATTN_STAGE_KV) {
       if (x.stride_dim == 1) return {x.row(b, k0, h), x.stride_seq};
     }
     for (int j = 0; j < cols; ++j) load_row(stage + std::size_t(j) * d, x.row(b, k0 + j, h), x.stride_dim, d);
