@@ -12,6 +12,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <utility>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -133,8 +134,32 @@ void bm_naive(benchmark::State& state) {
   set_counters(state, flops, sec, threads, double(n) * double(n) * sizeof(flashattn::cpu::acc_t<T>));
 }
 
-// Parallel speed-up, measured the only fair way: the same problem on 1 thread and on `threads`, both in
-// wall time, alternated call by call within one benchmark so that both see the same machine state.
+// Two variants of a call, alternated call by call within one benchmark so that both see the same machine
+// state; returns the median seconds of each. The pattern behind every ratio target below.
+template <class A, class B>
+std::pair<double, double> alternated_medians(benchmark::State& state, const flashattn::bench::RateClock& clock,
+                                             A&& call_a, B&& call_b) {
+  call_a();
+  call_b();
+  std::vector<double> ta, tb;
+  for (auto _ : state) {
+    double t0 = clock.now();
+    call_a();
+    ta.push_back(clock.now() - t0);
+    t0 = clock.now();
+    call_b();
+    tb.push_back(clock.now() - t0);
+  }
+  std::sort(ta.begin(), ta.end());
+  std::sort(tb.begin(), tb.end());
+  return {ta[ta.size() / 2], tb[tb.size() / 2]};
+}
+
+double attention_flops(const Problem<float>& p, bool causal) {
+  return 4.0 * double(p.h) * double(p.n) * double(p.n) * double(p.d) * (causal ? 0.5 : 1.0);
+}
+
+// Parallel speed-up: the same problem on 1 thread and on `threads`, both in wall time.
 void bm_thread_scaling(benchmark::State& state) {
   const index_t n = state.range(0), d = state.range(1);
   const bool causal = state.range(2) != 0;
@@ -146,27 +171,15 @@ void bm_thread_scaling(benchmark::State& state) {
     opts.num_threads = t;
     flashattn::attention_forward(p.view(p.q), p.view(p.k), p.view(p.v), p.out(), opts);
   };
-  call(threads);
-  std::vector<double> one, many;
-  const flashattn::bench::RateClock wall(threads);
-  for (auto _ : state) {
-    double t0 = wall.now();
-    call(1);
-    one.push_back(wall.now() - t0);
-    t0 = wall.now();
-    call(threads);
-    many.push_back(wall.now() - t0);
-  }
-  std::sort(one.begin(), one.end());
-  std::sort(many.begin(), many.end());
-  const double flops = 4.0 * double(p.h) * double(n) * double(n) * double(d) * (causal ? 0.5 : 1.0);
-  state.counters["GFLOP/s_1"] = flops / one[one.size() / 2] * 1e-9;
-  state.counters["GFLOP/s_n"] = flops / many[many.size() / 2] * 1e-9;
-  state.counters["speedup"] = one[one.size() / 2] / many[many.size() / 2];
+  const auto [one, many] = alternated_medians(state, flashattn::bench::RateClock(threads), [&] { call(1); },
+                                              [&] { call(threads); });
+  state.counters["GFLOP/s_1"] = attention_flops(p, causal) / one * 1e-9;
+  state.counters["GFLOP/s_n"] = attention_flops(p, causal) / many * 1e-9;
+  state.counters["speedup"] = one / many;
 }
 
-// 16-bit storage against fp32 on the same shape, alternated call by call (one thread, CPU time): the
-// ratio the bf16/fp16 targets are stated in.
+// 16-bit storage against fp32 on the same shape (one thread, CPU time): the ratio the bf16/fp16 targets
+// are stated in.
 template <class T>
 void bm_dtype_vs_fp32(benchmark::State& state) {
   const index_t n = state.range(0), d = state.range(1);
@@ -176,26 +189,30 @@ void bm_dtype_vs_fp32(benchmark::State& state) {
   flashattn::AttentionOptions opts;
   opts.causal = causal;
   opts.num_threads = 1;
-  auto call_f = [&] { flashattn::attention_forward(pf.view(pf.q), pf.view(pf.k), pf.view(pf.v), pf.out(), opts); };
-  auto call_t = [&] { flashattn::attention_forward(pt.view(pt.q), pt.view(pt.k), pt.view(pt.v), pt.out(), opts); };
-  call_f();
-  call_t();
-  std::vector<double> tf, tt;
-  const flashattn::bench::RateClock clock(1);
-  for (auto _ : state) {
-    double t0 = clock.now();
-    call_f();
-    tf.push_back(clock.now() - t0);
-    t0 = clock.now();
-    call_t();
-    tt.push_back(clock.now() - t0);
-  }
-  std::sort(tf.begin(), tf.end());
-  std::sort(tt.begin(), tt.end());
-  const double flops = 4.0 * double(pf.h) * double(n) * double(n) * double(d) * (causal ? 0.5 : 1.0);
-  state.counters["GFLOP/s_fp32"] = flops / tf[tf.size() / 2] * 1e-9;
-  state.counters["GFLOP/s_16bit"] = flops / tt[tt.size() / 2] * 1e-9;
-  state.counters["x_fp32"] = tf[tf.size() / 2] / tt[tt.size() / 2];
+  const auto [tf, tt] = alternated_medians(
+      state, flashattn::bench::RateClock(1),
+      [&] { flashattn::attention_forward(pf.view(pf.q), pf.view(pf.k), pf.view(pf.v), pf.out(), opts); },
+      [&] { flashattn::attention_forward(pt.view(pt.q), pt.view(pt.k), pt.view(pt.v), pt.out(), opts); });
+  state.counters["GFLOP/s_fp32"] = attention_flops(pf, causal) / tf * 1e-9;
+  state.counters["GFLOP/s_16bit"] = attention_flops(pf, causal) / tt * 1e-9;
+  state.counters["x_fp32"] = tf / tt;
+}
+
+// Causal against full attention on the same shape (one thread, CPU time), each credited with the flops
+// it must do (half for causal): the effective-rate ratio, which shows whether empty tiles are skipped.
+void bm_causal_vs_full(benchmark::State& state) {
+  const index_t n = state.range(0), d = state.range(1);
+  Problem<float> p(n, d, heads_for(n));
+  flashattn::AttentionOptions full, causal;
+  full.num_threads = causal.num_threads = 1;
+  causal.causal = true;
+  const auto [t_full, t_causal] = alternated_medians(
+      state, flashattn::bench::RateClock(1),
+      [&] { flashattn::attention_forward(p.view(p.q), p.view(p.k), p.view(p.v), p.out(), full); },
+      [&] { flashattn::attention_forward(p.view(p.q), p.view(p.k), p.view(p.v), p.out(), causal); });
+  state.counters["GFLOP/s_full"] = attention_flops(p, false) / t_full * 1e-9;
+  state.counters["GFLOP/s_causal"] = attention_flops(p, true) / t_causal * 1e-9;
+  state.counters["x_full"] = (attention_flops(p, true) / t_causal) / (attention_flops(p, false) / t_full);
 }
 
 template <class T>
@@ -249,6 +266,10 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark(("vs_fp32/fp16" + suffix).c_str(), bm_dtype_vs_fp32<Eigen::half>)
           ->Args({4096, d, causal})->Unit(benchmark::kMillisecond)->Iterations(5);
     }
+  for (index_t d : {64, 128, 256})
+    benchmark::RegisterBenchmark(("causal_vs_full/fp32/N:4096/d:" + std::to_string(d) + "/threads:1").c_str(),
+                                 bm_causal_vs_full)
+        ->Args({4096, d})->Unit(benchmark::kMillisecond)->Iterations(5);
   for (int threads : thread_counts()) {
     if (threads == 1) continue;
     for (int causal : {0, 1}) {

@@ -30,8 +30,8 @@ echo
 echo "== naive (materialised S) vs tiled, fp32, d=128, B=1, H=8, one thread =="
 FLASHATTN_BENCH_THREADS=1 run --benchmark_filter='^(naive|tiled)/fp32/N:(512|1024|2048|4096)/d:128/causal:0/threads:1/'
 echo
-echo "== tiled at N=4096, d=128: causal, 16-bit storage, one thread =="
-FLASHATTN_BENCH_THREADS=1 run --benchmark_filter='^tiled/(fp32|bf16|fp16)/N:4096/d:128/causal:(0|1)/threads:1/'
+echo "== N=4096, d=128, one thread: causal vs full (effective rate), bf16 and fp16 vs fp32 (alternated calls) =="
+FLASHATTN_BENCH_THREADS=1 run --benchmark_filter='^(causal_vs_full/fp32/N:4096/d:128|vs_fp32/(bf16|fp16)/N:4096/d:128/causal:0)/'
 threads=$(nproc)
 if [ "$threads" -gt 1 ]; then
   echo
