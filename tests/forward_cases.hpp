@@ -54,18 +54,6 @@ struct ForwardCase {
   }
 };
 
-// The reference of a problem described by options: the band mask they imply, or none.
-template <class T>
-::testing::AssertionResult matches_reference_for_options(const TensorView<const T>& q, const TensorView<const T>& k,
-                                                         const TensorView<const T>& v, const TensorView<const T>& o,
-                                                         const LseView& lse, const AttentionOptions& opts) {
-  const double scale = opts.scale.value_or(1.0 / std::sqrt(double(q.dim)));
-  if (opts.has_window())
-    return matches_reference(q, k, v, o, lse, scale,
-                             BandMask::window(q.seq, k.seq, opts.window_left, opts.causal ? 0 : opts.window_right));
-  return matches_reference(q, k, v, o, lse, scale, NoMask{k.seq});
-}
-
 template <class Config>
 class ForwardTest : public ::testing::Test {
  protected:

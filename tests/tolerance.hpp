@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "flashattn/cpu/tiles.hpp"
+#include "flashattn/masks.hpp"
+#include "flashattn/options.hpp"
 #include "flashattn/views.hpp"
 #include "reference.hpp"
 
@@ -104,6 +106,20 @@ template <class T, class Mask>
     result << "; " << l.describe("lse");
   }
   return result;
+}
+
+// As matches_reference, for a problem described by options: the band mask they imply, or none.
+template <class T>
+::testing::AssertionResult matches_reference_for_options(const TensorView<const T>& q, const TensorView<const T>& k,
+                                                         const TensorView<const T>& v, const TensorView<const T>& o,
+                                                         const LseView& lse, const AttentionOptions& opts,
+                                                         double ulps = 4.0) {
+  const double scale = opts.scale.value_or(1.0 / std::sqrt(double(q.dim)));
+  if (opts.has_window())
+    return matches_reference(q, k, v, o, lse, scale,
+                             BandMask::window(q.seq, k.seq, opts.window_left, opts.causal ? 0 : opts.window_right),
+                             ulps);
+  return matches_reference(q, k, v, o, lse, scale, NoMask{k.seq}, ulps);
 }
 
 }  // namespace flashattn::testing

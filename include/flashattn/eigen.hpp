@@ -5,6 +5,7 @@
 // access (a Matrix, or a Map of caller memory).
 
 #include <Eigen/Core>
+#include <string>
 #include <type_traits>
 
 #include "flashattn/attention.hpp"
@@ -32,7 +33,8 @@ void attention(const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k, c
                 "o must be a row-major matrix or map with direct access");
   // Eigen's idiom for writable expression arguments (so that temporaries such as a Map can be passed).
   auto& o = const_cast<Eigen::MatrixBase<DO>&>(o_out).derived();
-  if (o.innerStride() != 1) throw InvalidArgument("o: the inner (column) stride must be 1");
+  if (o.innerStride() != 1)
+    throw InvalidArgument("o: the inner (column) stride must be 1, got " + std::to_string(o.innerStride()));
   const Eigen::Ref<const RowMajorMatrix<T>> qr(q), kr(k), vr(v);
   const auto view = [](const auto& m) {
     return single_head_view<const T>(m.data(), m.rows(), m.cols(), m.outerStride());

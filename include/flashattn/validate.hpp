@@ -78,6 +78,9 @@ ByteSpan checked_span(const std::string& name, const void* data, std::size_t ele
 template <std::size_t Rank>
 void check_no_self_overlap(const std::string& name, std::array<index_t, Rank> extent,
                            std::array<index_t, Rank> stride) {
+  // An empty view writes nothing, whatever its strides (bshd() of seq 0 gives a batch stride of 0).
+  for (std::size_t r = 0; r < Rank; ++r)
+    if (extent[r] == 0) return;
   std::array<std::size_t, Rank> order{};
   for (std::size_t r = 0; r < Rank; ++r) order[r] = r;
   std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return stride[a] < stride[b]; });
@@ -99,6 +102,14 @@ ByteSpan check_view(const char* name, const TensorView<T>& x) {
 }
 
 inline std::string sizes(index_t a, index_t b) { return std::to_string(a) + " vs " + std::to_string(b); }
+
+// "out overlaps the memory of input q: out spans bytes [0x.., 0x..), q spans [0x.., 0x..)".
+inline std::string overlap(const char* out, const ByteSpan& a, const char* role, const char* in, const ByteSpan& b) {
+  std::ostringstream s;
+  s << out << " overlaps the memory of " << role << " " << in << ": " << out << " spans bytes [0x" << std::hex
+    << a.begin << ", 0x" << a.end << "), " << in << " spans [0x" << b.begin << ", 0x" << b.end << ")";
+  return s.str();
+}
 
 }  // namespace detail
 
@@ -139,7 +150,7 @@ ForwardParams<T> make_forward_params(const TensorView<const T>& q, const TensorV
   const char* inputs[] = {"q", "k", "v"};
   const detail::ByteSpan spans[] = {q_span, k_span, v_span};
   for (int i = 0; i < 3; ++i)
-    if (o_span.overlaps(spans[i])) fail(std::string("o overlaps the memory of input ") + inputs[i]);
+    if (o_span.overlaps(spans[i])) fail(detail::overlap("o", o_span, "input", inputs[i], spans[i]));
 
   if (!lse.empty() || lse.batch != 0 || lse.heads != 0 || lse.seq != 0) {
     const detail::ByteSpan lse_span = detail::checked_span<3>(
@@ -151,8 +162,9 @@ ForwardParams<T> make_forward_params(const TensorView<const T>& q, const TensorV
     detail::check_no_self_overlap<3>("lse", {lse.batch, lse.heads, lse.seq},
                                      {lse.stride_batch, lse.stride_head, lse.stride_seq});
     for (int i = 0; i < 3; ++i)
-      if (lse_span.overlaps(spans[i])) fail(std::string("lse overlaps the memory of input ") + inputs[i]);
-    if (lse_span.overlaps(o_span)) fail("lse overlaps the memory of output o");
+      if (lse_span.overlaps(spans[i]))
+        fail(detail::overlap("lse", lse_span, "input", inputs[i], spans[i]));
+    if (lse_span.overlaps(o_span)) fail(detail::overlap("lse", lse_span, "output", "o", o_span));
   }
 
   double scale = 1.0 / std::sqrt(double(q.dim));
