@@ -75,7 +75,8 @@ struct Simd<Acc, Isa::Portable> {
   static Reg sub(Reg a, Reg b) { return a - b; }
   static Reg mul(Reg a, Reg b) { return a * b; }
   static Reg fma(Reg a, Reg b, Reg c) { return a * b + c; }
-  static Reg max(Reg a, Reg b) { return b > a ? b : a; }
+  // As vmaxps/vmaxpd: b unless a > b, so a NaN in either operand gives b (the x86 paths agree lane by lane).
+  static Reg max(Reg a, Reg b) { return a > b ? a : b; }
   static Reg exp2_nonpositive(Reg x) {
     if constexpr (std::is_same_v<Acc, float>) {
       return detail::exp2_nonpositive(x);
