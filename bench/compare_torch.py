@@ -5,7 +5,8 @@ flashattn's bench_forward, same shapes, dtypes and thread counts, interleaved sh
     python3 bench/compare_torch.py --bench build/bench/bench_forward --threads 1,16 [--out results.csv]
 
 Both sides count 4·B·H·N²·d flops (×0.5 causal). One thread: rates per second of process CPU time
-(both sides); several threads: wall time. Each torch figure is the median of --reps calls after a warm-up.
+(both sides); several threads: wall time. Each torch figure is the median of --reps calls after a warm-up;
+with --rounds R the two sides alternate R times per shape and the row is the round of median ratio.
 """
 import argparse
 import csv
@@ -75,6 +76,8 @@ def main():
     ap.add_argument("--dtypes", default="fp32,bf16")
     ap.add_argument("--causal", default="0,1")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="alternate ours and torch this many times per shape; report medians")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     import torch
@@ -93,10 +96,15 @@ def main():
             for n in [int(x) for x in a.n.split(",")]:
                 for d in [int(x) for x in a.d.split(",")]:
                     for causal in [bool(int(x)) for x in a.causal.split(",")]:
-                        mine, x_sgemm, _ = ours(a.bench, dt, n, d, causal, threads)
-                        theirs = torch_rate(torch, n, d, causal, threads, dtypes[dt], a.reps)
+                        runs = []
+                        for _ in range(a.rounds):
+                            mine, x_sgemm, _ = ours(a.bench, dt, n, d, causal, threads)
+                            theirs = torch_rate(torch, n, d, causal, threads, dtypes[dt], a.reps)
+                            runs.append((mine / theirs, mine, theirs, x_sgemm))
+                        runs.sort()
+                        ratio, mine, theirs, x_sgemm = runs[len(runs) // 2]  # the round of median ratio
                         row = [dt, n, d, int(causal), threads, round(mine, 1), round(theirs, 1),
-                               round(mine / theirs, 2), round(x_sgemm, 2), round(theirs / sgemm, 2)]
+                               round(ratio, 2), round(x_sgemm, 2), round(theirs / sgemm, 2)]
                         rows.append(row)
                         print("  ".join(f"{str(x):>18}" for x in row), flush=True)
     if a.out:

@@ -2,6 +2,7 @@
 # flashattn vs PyTorch's CPU attention on a machine with PyTorch installed (the accelerator machine's
 # 16-core Xeon here), in one command: builds bench_forward, then runs bench/compare_torch.py.
 #   bash bench/device_compare.sh [OUTDIR] [THREADS]       e.g. bash bench/device_compare.sh out 1,16
+# Environment: DTYPES (default fp32; e.g. fp32,bf16), ROUNDS (alternations per shape, default 3).
 set -euo pipefail
 out=${1:-out}
 threads=${2:-1,16}
@@ -17,4 +18,4 @@ cmake --build "$build" --target bench_forward -j "$(nproc)" > "$out/build.log"
 # OpenBLAS, when present, picks its kernel by CPU; a CORETYPE pinned in the environment would handicap it.
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=1 \
   python3 bench/compare_torch.py --bench "$build/bench/bench_forward" --threads "$threads" \
-  --out "$out/torch_compare.csv" 2>&1 | tee -a "$out/torch_compare.txt"
+  --dtypes "${DTYPES:-fp32}" --rounds "${ROUNDS:-3}" --out "$out/torch_compare.csv" 2>&1 | tee -a "$out/torch_compare.txt"
