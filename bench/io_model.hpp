@@ -129,24 +129,26 @@ inline TileChoice select_tiles(std::int64_t fast_bytes, index_t dim, index_t acc
 }
 
 namespace detail {
-template <std::size_t I = 0, class F>
+template <class Configs, std::size_t I = 0, class F>
 void with_tiles_impl(TileChoice t, F&& f) {
-  if constexpr (I == std::tuple_size_v<IoTileConfigs>) {
+  if constexpr (I == std::tuple_size_v<Configs>) {
     throw std::invalid_argument("no compiled tile configuration " + std::to_string(t.block_q) + " x " +
                                 std::to_string(t.block_kv));
   } else {
-    using Config = std::tuple_element_t<I, IoTileConfigs>;
+    using Config = std::tuple_element_t<I, Configs>;
     if (Config::BlockQ == t.block_q && Config::BlockKV == t.block_kv) return f(Config{});
-    with_tiles_impl<I + 1>(t, std::forward<F>(f));
+    with_tiles_impl<Configs, I + 1>(t, std::forward<F>(f));
   }
 }
 }  // namespace detail
 
-// Calls f(cpu::Tiles<block_q, block_kv>{}) for that compiled configuration: the one place where the IO
-// benchmarks turn a runtime M into template arguments.
-template <class F>
+// Calls f(cpu::Tiles<block_q, block_kv>{}) for that configuration out of `Configs` (a std::tuple of Tiles;
+// all of IoTileConfigs by default): the one place where the IO benchmarks turn a runtime M into template
+// arguments. Each configuration in the list instantiates the kernels once more, so binaries that need only
+// a few M pass only the configurations those M select.
+template <class Configs = IoTileConfigs, class F>
 void with_tiles(TileChoice t, F&& f) {
-  detail::with_tiles_impl(t, std::forward<F>(f));
+  detail::with_tiles_impl<Configs>(t, std::forward<F>(f));
 }
 
 }  // namespace flashattn::bench::io
