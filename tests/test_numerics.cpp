@@ -169,6 +169,37 @@ TYPED_TEST(NumericsTyped, RowsOfHugeLogitsOfOneSign) {
   EXPECT_LT(lse.view()(0, 0, 1), -9e3f);  // an odd row: logits near −1e4
 }
 
+// Logits far beyond ±1e4 (1e10 for the fp32-accumulated types, 1e25 for double): the largest score of a
+// row must still weigh exactly 1 before normalisation. Regression test of a fuzzer finding: the softmax
+// computed fma(s, c, −round(max s·c)), whose value for the largest score is a rounding residual of up to
+// half an ulp of the max, which beyond |logit| ~ 2^31 overflowed 2^x or underflowed the whole row to 0
+// (o = 0, LSE ±inf: a row silently treated as fully masked).
+TYPED_TEST(NumericsTyped, LogitsBeyondTwoToThe31StillNormalise) {
+  using T = TypeParam;
+  const index_t n = 40, d = 16;
+  const double scale = std::is_same_v<T, double> ? 1e24 : 1e9;
+  for (bool causal : {false, true}) {
+    HostTensor<T> q(Layout::Bshd, 1, n, 2, d), k(Layout::Bshd, 1, n, 2, d), v(Layout::Bshd, 1, n, 2, d);
+    HostTensor<T> o(Layout::Bshd, 1, n, 2, d, T(kNan));
+    HostLse lse(1, 2, n);
+    fill_normal(q.view(), 15);
+    fill_normal(k.view(), 16);
+    fill_normal(v.view(), 17);
+    AttentionOptions opts;
+    opts.scale = scale;
+    opts.causal = causal;
+    attention_forward(q.cview(), k.cview(), v.cview(), o.view(), opts, lse.view());
+    EXPECT_TRUE(all_finite(o.view()));
+    for (double x : to_double(lse.view())) EXPECT_TRUE(std::isfinite(x)) << x;
+    if (causal) {
+      EXPECT_TRUE(close_to_reference(q.cview(), k.cview(), v.cview(), o.cview(), lse.view(), scale,
+                                     BandMask::causal(n, n)));
+    } else {
+      EXPECT_TRUE(close_to_reference(q.cview(), k.cview(), v.cview(), o.cview(), lse.view(), scale, NoMask{n}));
+    }
+  }
+}
+
 // ---- 16-bit inputs ------------------------------------------------------------------------------------
 
 // fp16 values around 300: products (up to 9e4) and dot products (up to ~1e6) are far beyond fp16's

@@ -53,14 +53,32 @@ class OnlineSoftmax {
       // The −inf guard: subtract 0 where the row has seen no finite score yet.
       alignas(64) Acc m_safe[V::width];
       V::store(m_safe, m_new);
-      for (Acc& m : m_safe) m = (m == neg_inf) ? Acc(0) : m;
+      bool huge = false;  // some |m| >= kFmaSafe (see below)
+      for (Acc& m : m_safe) {
+        m = (m == neg_inf) ? Acc(0) : m;
+        huge = huge || std::abs(m) >= kFmaSafe;
+      }
       const typename V::Reg neg_shift = V::sub(V::zero(), V::load(m_safe));
 
+      // The exponent s·c − m: fma(s, c, −m) rounds once, the accurate form. But m is round(max s·c), so
+      // for the row's largest score the fma leaves the rounding residual, up to half an ulp of m: at most
+      // 1/4 below kFmaSafe, but beyond it 2^x overflows or the whole row underflows to 0 (o = 0, LSE ±inf;
+      // found by the fuzzer, docs/robustness.md). Such rows take round(s·c) − m, which is <= 0, and 0 at
+      // the largest score; the products are stored first, since a compiler may fuse a multiply whose only
+      // use is an add back into an fma.
       typename V::Reg row_sum = V::zero();
-      for (int j = 0; j < cols; ++j) {
-        const typename V::Reg p = V::exp2_nonpositive(V::fma(V::load(st + j * BlockQ + i), c, neg_shift));
-        V::store(st + j * BlockQ + i, p);
-        row_sum = V::add(row_sum, p);
+      const auto accumulate = [&](auto exponent) {
+        for (int j = 0; j < cols; ++j) {
+          const typename V::Reg p = V::exp2_nonpositive(exponent(V::load(st + j * BlockQ + i)));
+          V::store(st + j * BlockQ + i, p);
+          row_sum = V::add(row_sum, p);
+        }
+      };
+      if (!huge) {
+        accumulate([&](typename V::Reg s) { return V::fma(s, c, neg_shift); });
+      } else {
+        for (int j = 0; j < cols; ++j) V::store(st + j * BlockQ + i, V::mul(V::load(st + j * BlockQ + i), c));
+        accumulate([&](typename V::Reg sc) { return V::add(sc, neg_shift); });
       }
       const typename V::Reg a = V::exp2_nonpositive(V::add(m_old, neg_shift));
       V::store(alpha + i, a);
@@ -88,6 +106,9 @@ class OnlineSoftmax {
   Acc running_sum(int i) const { return l_[i]; }
 
  private:
+  // Below this |m| the fma's rounding residual (half an ulp of m) is at most 1/4: 2^(digits − 2).
+  static constexpr Acc kFmaSafe = Acc(1ull << (std::numeric_limits<Acc>::digits - 2));
+
   alignas(64) Acc m_[BlockQ];  // running max, base-2 units
   alignas(64) Acc l_[BlockQ];  // running sum of 2^(s - m)
 };
