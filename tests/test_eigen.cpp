@@ -35,7 +35,8 @@ TensorView<const T> view_of(const Mat<T>& m) {
 template <class T>
 class EigenInterop : public ::testing::Test {};
 
-using Scalars = ::testing::Types<float, double, Eigen::half, Eigen::bfloat16>;
+// The interop layer is the same code for every scalar: one 32-bit and one 16-bit type.
+using Scalars = ::testing::Types<float, Eigen::half>;
 struct ScalarName {
   template <class T>
   static std::string GetName(int) {

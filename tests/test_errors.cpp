@@ -289,8 +289,13 @@ TEST_F(ForwardErrors, NegativeNumThreads) {
   EXPECT_TRUE(rejects(call(), {"options.num_threads must be >= 0, got -2"}));
 }
 
+// One mask type for every masked call here, so that the kernels are compiled once for it.
+struct LowerTriangle {
+  bool operator()(index_t i, index_t j) const { return i >= j; }
+};
+
 TEST_F(ForwardErrors, CausalOrWindowWithAMaskPolicy) {
-  const auto mask = element_mask(Sk, [](index_t i, index_t j) { return i >= j; });
+  const auto mask = element_mask(Sk, LowerTriangle{});
   opts.causal = true;
   EXPECT_TRUE(rejects([&] { attention_forward_masked(q, k, v, o, mask, opts, lse); },
                       {"options.causal / options.window_* cannot be combined with a mask policy"}));
@@ -302,7 +307,7 @@ TEST_F(ForwardErrors, CausalOrWindowWithAMaskPolicy) {
 
 // The other entry points validate the same way.
 TEST_F(ForwardErrors, MaskedAndNaiveEntryPointsValidate) {
-  const auto mask = score_mod(NoMask{Sk}, [](index_t, index_t, auto s) { return s; });
+  const auto mask = element_mask(Sk, LowerTriangle{});
   k.dim = 4;
   EXPECT_TRUE(rejects([&] { attention_forward_masked(q, k, v, o, mask, opts, lse); },
                       {"head dims must agree", "k (batch=2, seq=7, heads=2, dim=4)"}));
@@ -313,15 +318,18 @@ TEST_F(ForwardErrors, MaskedAndNaiveEntryPointsValidate) {
   EXPECT_TRUE(rejects([&] { naive_attention_forward<float>(q, k, v, o, opts, lse); }, {"options.scale", "-1"}));
 }
 
-// Validation does not depend on the storage type.
+// Validation does not depend on the storage type (checked through make_forward_params, the validation
+// every entry point runs, so that this file does not compile the kernels a second time).
 TEST(ForwardErrorsHalf, OverlapAndShapes) {
-  std::vector<Eigen::half> buf(4 * 3 * 2 * 8, Eigen::half(0.25f));
-  const auto q = bshd(buf.data(), 1, 3, 2, 8), k = bshd(buf.data() + 48, 1, 3, 2, 8),
-             v = bshd(buf.data() + 96, 1, 3, 2, 8), o = bshd(buf.data() + 144, 1, 3, 2, 8);
-  attention_forward(q, k, v, o);
-  EXPECT_TRUE(rejects([&] { attention_forward(q, k, v, bshd(buf.data() + 100, 1, 3, 2, 8)); },
-                      {"o overlaps the memory of input v"}));
-  EXPECT_TRUE(rejects([&] { attention_forward(q, k, bshd(buf.data() + 96, 1, 2, 2, 8), o); },
+  using H = Eigen::half;
+  std::vector<H> buf(4 * 3 * 2 * 8, H(0.25f));
+  const auto q = bshd<const H>(buf.data(), 1, 3, 2, 8), k = bshd<const H>(buf.data() + 48, 1, 3, 2, 8),
+             v = bshd<const H>(buf.data() + 96, 1, 3, 2, 8);
+  const auto o = bshd<H>(buf.data() + 144, 1, 3, 2, 8);
+  EXPECT_NO_THROW(make_forward_params<H>(q, k, v, o, {}, {}));
+  EXPECT_TRUE(rejects([&] { make_forward_params<H>(q, k, v, bshd<H>(buf.data() + 100, 1, 3, 2, 8), {}, {}); },
+                      {"o overlaps the memory of input v", "o spans bytes [" + hex(buf.data() + 100)}));
+  EXPECT_TRUE(rejects([&] { make_forward_params<H>(q, k, bshd<const H>(buf.data() + 96, 1, 2, 2, 8), o, {}, {}); },
                       {"k and v must have the same seq length", "v (batch=1, seq=2, heads=2, dim=8)"}));
 }
 

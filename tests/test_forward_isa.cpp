@@ -11,13 +11,17 @@ namespace {
 
 using cpu::Isa;
 
+// The default list (test_forward.cpp) already runs every scalar on the best path; on a CPU with AVX-512
+// BF16 that is the bf16 dot-product path for bf16 and plain AVX-512 packets for the other types. This
+// list adds each remaining path once per accumulator (float, double) and once per 16-bit conversion
+// route, to keep the compile time down.
 using OtherIsaConfigs = CompiledConfigs<
     Pair<float, TileSpec<5, 7, Isa::Portable>>, Pair<double, TileSpec<3, 4, Isa::Portable>>,
-    Pair<Eigen::half, TileSpec<16, 16, Isa::Portable>>, Pair<Eigen::bfloat16, TileSpec<4, 9, Isa::Portable>>,
+    Pair<Eigen::bfloat16, TileSpec<4, 9, Isa::Portable>>,
     Pair<float, TileSpec<16, 32, Isa::Avx2>>, Pair<double, TileSpec<8, 16, Isa::Avx2>>,
-    Pair<Eigen::half, TileSpec<24, 8, Isa::Avx2>>, Pair<Eigen::bfloat16, TileSpec<8, 24, Isa::Avx2>>,
+    Pair<Eigen::half, TileSpec<24, 8, Isa::Avx2>>,
     Pair<float, TileSpec<48, 16, Isa::Avx512>>, Pair<double, TileSpec<24, 40, Isa::Avx512>>,
-    Pair<Eigen::half, TileSpec<32, 16, Isa::Avx512>>, Pair<Eigen::bfloat16, TileSpec<32, 16, Isa::Avx512>>,
+    Pair<Eigen::bfloat16, TileSpec<32, 16, Isa::Avx512>>,
     // bf16 dot products take keys in pairs: an odd key block leaves a half pair in every tile.
     Pair<Eigen::bfloat16, TileSpec<48, 17, Isa::Avx512Bf16>>>;
 
