@@ -57,7 +57,9 @@ ReferenceResult reference_attention(const TensorView<const T>& q, const TensorVi
           Calc x = round_to<Store>(dot) * Calc(scale);
           if constexpr (std::decay_t<decltype(head_mask)>::modifies_scores) x = Calc(head_mask.score(i, j, x));
           s[std::size_t(j)] = x;
-          m = std::max(m, x);
+          // A NaN score wins (std::max would drop it): a row that keeps a NaN score is NaN, even when
+          // every other score it keeps is −inf (documented propagation, docs/robustness.md).
+          if (x > m || x != x) m = x;
         }
         const bool any = m != -std::numeric_limits<Calc>::infinity();
         Calc l = 0;
