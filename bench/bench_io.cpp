@@ -20,6 +20,7 @@
 
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "flashattn/flashattn.hpp"
@@ -54,6 +55,9 @@ struct Inputs {
 // with_tiles throws for any other), so that only these are compiled.
 using BenchTiles = std::tuple<flashattn::cpu::Tiles<128, 32>, flashattn::cpu::Tiles<256, 32>, flashattn::cpu::Tiles<512, 64>,
                               flashattn::cpu::Tiles<1024, 32>, flashattn::cpu::Tiles<2048, 64>>;
+
+// io/api runs at M = 1 MiB only.
+using ApiTiles = std::tuple<flashattn::cpu::Tiles<1024, 32>, flashattn::cpu::Tiles<512, 64>>;
 
 io::Shape shape_of(index_t n, index_t d) { return {n, n, d, sizeof(float), sizeof(float), false}; }
 
@@ -99,7 +103,7 @@ void bm_tiled(benchmark::State& state) {
   opts.num_threads = 1;
   const io::Shape shape = shape_of(n, d);
   const io::TileChoice choice = io::select_tiles(m, d, sizeof(float));
-  io::with_tiles<BenchTiles>(choice, [&](auto tiles) {
+  io::with_tiles<std::conditional_t<Api, ApiTiles, BenchTiles>>(choice, [&](auto tiles) {
     using Tiles = decltype(tiles);
     measure(state, shape, io::tiled_model_bytes(shape, m), io::tiled_bytes(shape, choice.block_q), choice, [&](auto&& acct) {
       if constexpr (Api)

@@ -128,6 +128,13 @@ inline TileChoice select_tiles(std::int64_t fast_bytes, index_t dim, index_t acc
   return t;
 }
 
+// What select_tiles returns for d ∈ {64, 128} and M = 64 KiB … 8 MiB (powers of two; tests check it).
+// Binaries that only run those pass this list to with_tiles and compile 11 configurations, not 24.
+using IoSweepTileConfigs =
+    std::tuple<cpu::Tiles<32, 16>, cpu::Tiles<64, 16>, cpu::Tiles<128, 32>, cpu::Tiles<256, 32>, cpu::Tiles<256, 64>,
+               cpu::Tiles<512, 32>, cpu::Tiles<512, 64>, cpu::Tiles<1024, 32>, cpu::Tiles<1024, 64>,
+               cpu::Tiles<2048, 32>, cpu::Tiles<2048, 64>>;
+
 namespace detail {
 template <class Configs, std::size_t I = 0, class F>
 void with_tiles_impl(TileChoice t, F&& f) {

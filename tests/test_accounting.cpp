@@ -6,6 +6,7 @@
 #include <Eigen/Core>
 #include <cstring>
 #include <random>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -91,7 +92,15 @@ using TiledCases = ::testing::Types<Case<float, flashattn::cpu::Tiles<16, 64>>, 
                                     Case<float, flashattn::cpu::Tiles<64, 64>>, Case<float, flashattn::cpu::Tiles<256, 32>>,
                                     Case<double, flashattn::cpu::Tiles<16, 32>>,
                                     Case<Eigen::bfloat16, flashattn::cpu::Tiles<32, 64>>>;
-TYPED_TEST_SUITE(TiledCounts, TiledCases);
+struct CaseName {
+  template <class C>
+  static std::string GetName(int) {
+    using T = typename C::Scalar;
+    const char* dtype = std::is_same_v<T, float> ? "fp32" : std::is_same_v<T, double> ? "fp64" : "bf16";
+    return std::string(dtype) + "_" + std::to_string(C::Tiles::BlockQ) + "x" + std::to_string(C::Tiles::BlockKV);
+  }
+};
+TYPED_TEST_SUITE(TiledCounts, TiledCases, CaseName);
 
 // The model's schedule (one worker, no split): Q and O once, K and V once per query block, per head.
 TYPED_TEST(TiledCounts, UnsplitScheduleMatchesFormulaPerArray) {
@@ -234,6 +243,13 @@ TEST(IoModel, TilesFollowFastMemory) {
       EXPECT_EQ(seen_kv, bkv);
     }
   EXPECT_THROW(io::with_tiles({48, 16}, [](auto) {}), std::invalid_argument);
+  // The short list that the cachegrind driver compiles covers every choice of its range.
+  for (index_t d : {64, 128})
+    for (std::int64_t m = 64 << 10; m <= 8 << 20; m *= 2) {
+      bool found = false;
+      io::with_tiles<io::IoSweepTileConfigs>(io::select_tiles(m, d, 4), [&](auto) { found = true; });
+      EXPECT_TRUE(found) << "M=" << m << " d=" << d;
+    }
 }
 
 TEST(IoModel, TiledLawIsInverseInMAndQuadraticInN) {
