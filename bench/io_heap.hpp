@@ -11,6 +11,16 @@
 #include <cstddef>
 #include <cstdint>
 
+// Sanitizers interpose malloc themselves: tracking stays off under them.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define FLASHATTN_NO_HEAP_TRACKING 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define FLASHATTN_NO_HEAP_TRACKING 1
+#endif
+
 #if defined(__GLIBC__) && !defined(FLASHATTN_NO_HEAP_TRACKING)
 #define FLASHATTN_HEAP_TRACKING 1
 #include <malloc.h>
