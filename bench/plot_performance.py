@@ -12,6 +12,14 @@ import csv
 import json
 import os
 import subprocess
+import sys
+
+try:
+    import matplotlib
+except ImportError:  # a python3 first on PATH without Debian's python3-matplotlib: use the system one
+    if sys.executable != "/usr/bin/python3" and os.path.exists("/usr/bin/python3"):
+        os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
+    raise
 
 
 def main():
@@ -52,7 +60,6 @@ def main():
         for r in rows:
             w.writerow(list(r) + [refs["openblas_sgemm"], refs["eigen_sgemm"], refs["fma_peak"]])
 
-    import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4.5))
