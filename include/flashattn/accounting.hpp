@@ -9,7 +9,9 @@
 
 namespace flashattn {
 
-enum class Traffic { Q, K, V, O, Lse, S, P, kCount };
+// Partial: the unnormalised partial outputs and softmax states of split-KV (cpu/backend.hpp), written by
+// each key range and read back by the merge.
+enum class Traffic { Q, K, V, O, Lse, S, P, Partial, kCount };
 
 struct NoAccounting {
   static constexpr bool enabled = false;

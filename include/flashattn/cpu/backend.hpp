@@ -81,6 +81,7 @@ void run_forward(const ForwardParams<T>& p, const Mask& mask, Accounting& acct) 
       const index_t row0 = split * rows_total + bh * p.q.seq + q0;
       Kernel::run_partial(p, mask_for_head(mask, b, h), b, h, q0, split * range, (split + 1) * range, scratch,
                           part_o.data() + row0 * d, part_m.data() + row0, part_l.data() + row0, acct);
+      acct.write(Traffic::Partial, std::min<index_t>(BlockQ, p.q.seq - q0) * (d + 2) * index_t(sizeof(Acc)));
     }
   });
 
@@ -118,6 +119,7 @@ void run_forward(const ForwardParams<T>& p, const Mask& mask, Accounting& acct) 
       }
     }
   });
+  acct.read(Traffic::Partial, splits * rows_total * (d + 2) * index_t(sizeof(Acc)));
   acct.write(Traffic::O, rows_total * d * index_t(sizeof(T)));
   if (!p.lse.empty()) acct.write(Traffic::Lse, rows_total * index_t(sizeof(float)));
 }
