@@ -487,7 +487,8 @@ void check_results(const fa::TensorView<const T>& q,
         }
         if (!lse.empty()) {
           const std::size_t at = std::size_t((b * q.heads + h) * q.seq + i);
-          const double r = ref.lse[at], n = naive.lse[at], x = double(lse(b, h, i));
+          // The LSE is stored as float whatever T is: for double, beyond float's range it is ±inf.
+          const double r = double(float(ref.lse[at])), n = double(float(naive.lse[at])), x = double(lse(b, h, i));
           if (verbose() && !(std::isnan(r) ? std::isnan(x) : std::isfinite(r) ? std::isfinite(x) : true))
             std::fprintf(stderr, "lse(b=%lld, h=%lld, i=%lld) = %g, reference %g, naive %g\n", (long long)b,
                          (long long)h, (long long)i, x, r, n);
@@ -754,8 +755,11 @@ void run(FuzzedDataProvider& fdp) {
         break;
       case Corruption::LseShape:
         // One row too many: written without the check, it runs past lse_guard (ASan would see it).
-        if (clse.empty()) clse = fa::lse_bhs(lse_guard.data(), 1, 1, 7);
-        clse.seq += 1;
+        if (clse.empty()) {
+          clse = fa::lse_bhs(lse_guard.data(), q.batch, q.heads, q.seq + 1);
+        } else {
+          clse.seq += 1;
+        }
         break;
       case Corruption::LseOverlap: {
         // An LSE whose bytes overlap an input or o.
@@ -788,7 +792,14 @@ void run(FuzzedDataProvider& fdp) {
           copts.window_left = copts.causal ? -1 : fdp.ConsumeIntegralInRange(0, 5);
         }
         break;
-      case Corruption::StrideOverflow: cq.stride_seq = huge; break;
+      case Corruption::StrideOverflow:
+        // On a dimension of extent >= 2 (a stride under extent 1 is never used, so it is not an error).
+        if (cq.seq > 1) cq.stride_seq = huge;
+        else if (cq.dim > 1) cq.stride_dim = huge;
+        else if (cq.heads > 1) cq.stride_head = huge;
+        else if (cq.batch > 1) cq.stride_batch = huge;
+        else copts.num_threads = -1;
+        break;
       default: copts.scale = 0.0; break;
     }
     const std::vector<T> o_before = bufs.o, q_before = bufs.q;

@@ -200,6 +200,30 @@ TYPED_TEST(NumericsTyped, LogitsBeyondTwoToThe31StillNormalise) {
   }
 }
 
+// The LSE is stored as float whatever T is. For double inputs whose log-sum-exp lies beyond float's
+// range (±3.4e38) it is stored as ±inf, while o is unaffected (a fuzzer case; docs/robustness.md).
+TEST(Numerics, DoubleLseBeyondFloatRangeIsInfinite) {
+  const index_t n = 20, d = 8;
+  for (double sign : {1.0, -1.0}) {
+    HostTensor<double> q(Layout::Bshd, 1, n, 1, d), k(Layout::Bshd, 1, n, 1, d), v(Layout::Bshd, 1, n, 1, d);
+    HostTensor<double> o(Layout::Bshd, 1, n, 1, d, double(kNan));
+    HostLse lse(1, 1, n);
+    fill_uniform(q.view(), 161, 1.0, 2.0);
+    fill_constant(k.view(), sign);  // every key alike: each row averages V uniformly
+    fill_normal(v.view(), 163);
+    const double scale = 1e39;  // scores ~ ±1e40
+    AttentionOptions opts;
+    opts.scale = scale;
+    attention_forward(q.cview(), k.cview(), v.cview(), o.view(), opts, lse.view());
+    EXPECT_TRUE(all_finite(o.view()));
+    for (double x : to_double(lse.view())) EXPECT_EQ(x, sign * double(kInf));
+    const ReferenceResult exact = reference_attention<long double>(q.cview(), k.cview(), v.cview(), scale, NoMask{n});
+    const ReferenceResult naive = reference_attention<double>(q.cview(), k.cview(), v.cview(), scale, NoMask{n});
+    const ToleranceCheck out = check_output<double>(to_double(o.view()), naive.o, exact.o);
+    EXPECT_TRUE(out.ok()) << out.describe("o");
+  }
+}
+
 // ---- 16-bit inputs ------------------------------------------------------------------------------------
 
 // fp16 values around 300: products (up to 9e4) and dot products (up to ~1e6) are far beyond fp16's
