@@ -89,6 +89,20 @@ void set_counters(benchmark::State& state, double flops_per_call, double seconds
   state.counters["scratch_B"] = scratch;
 }
 
+// Seconds spent in `call` over the benchmark's iterations, on the clock that suits `threads`.
+template <class F>
+double timed_iterations(benchmark::State& state, int threads, F&& call) {
+  const flashattn::bench::RateClock clock(threads);
+  const double t0 = clock.now();
+  for (auto _ : state) call();
+  return clock.now() - t0;
+}
+
+template <class T>
+double attention_flops(const Problem<T>& p, bool causal) {
+  return 4.0 * double(p.h) * double(p.n) * double(p.n) * double(p.d) * (causal ? 0.5 : 1.0);
+}
+
 template <class T>
 void bm_tiled(benchmark::State& state) {
   const index_t n = state.range(0), d = state.range(1);
@@ -101,15 +115,8 @@ void bm_tiled(benchmark::State& state) {
   auto call = [&] { flashattn::attention_forward(p.view(p.q), p.view(p.k), p.view(p.v), p.out(), opts); };
   call();  // warm-up
   flashattn::cpu::reset_scratch_peak();
-  const flashattn::bench::RateClock clock(threads);
-  const double t0 = clock.now();
-  for (auto _ : state) {
-    call();
-    benchmark::DoNotOptimize(p.o.data());
-  }
-  const double sec = clock.now() - t0;
-  const double flops = 4.0 * double(p.h) * double(n) * double(n) * double(d) * (causal ? 0.5 : 1.0);
-  set_counters(state, flops, sec, threads, double(flashattn::cpu::scratch_stats().peak_bytes));
+  const double sec = timed_iterations(state, threads, call);
+  set_counters(state, attention_flops(p, causal), sec, threads, double(flashattn::cpu::scratch_stats().peak_bytes));
 }
 
 template <class T>
@@ -123,15 +130,8 @@ void bm_naive(benchmark::State& state) {
   opts.causal = causal;
   auto call = [&] { flashattn::naive_attention_forward(p.view(p.q), p.view(p.k), p.view(p.v), p.out(), opts); };
   call();
-  const flashattn::bench::RateClock clock(threads);
-  const double t0 = clock.now();
-  for (auto _ : state) {
-    call();
-    benchmark::DoNotOptimize(p.o.data());
-  }
-  const double sec = clock.now() - t0;
-  const double flops = 4.0 * double(p.h) * double(n) * double(n) * double(d) * (causal ? 0.5 : 1.0);
-  set_counters(state, flops, sec, threads, double(n) * double(n) * sizeof(flashattn::cpu::acc_t<T>));
+  const double sec = timed_iterations(state, threads, call);
+  set_counters(state, attention_flops(p, causal), sec, threads, double(n) * double(n) * sizeof(flashattn::cpu::acc_t<T>));
 }
 
 // Two variants of a call, alternated call by call within one benchmark so that both see the same machine
@@ -153,10 +153,6 @@ std::pair<double, double> alternated_medians(benchmark::State& state, const flas
   std::sort(ta.begin(), ta.end());
   std::sort(tb.begin(), tb.end());
   return {ta[ta.size() / 2], tb[tb.size() / 2]};
-}
-
-double attention_flops(const Problem<float>& p, bool causal) {
-  return 4.0 * double(p.h) * double(p.n) * double(p.n) * double(p.d) * (causal ? 0.5 : 1.0);
 }
 
 // Parallel speed-up: the same problem on 1 thread and on `threads`, both in wall time.
