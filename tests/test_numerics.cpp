@@ -547,6 +547,28 @@ TEST(NanPropagation, ThroughSplitKeyRanges) {
   }
 }
 
+// The running max of the online softmax can drop a NaN score (a packet max returns its second operand
+// when either is NaN) while the running sum keeps it: a row of NaN scores whose last visited tile ends in
+// masked keys leaves max −inf, sum NaN. Regression test of a fuzzer finding: split-KV's merge took such a
+// range for one that kept no key, and the row came out 0 with LSE −inf instead of NaN.
+TEST(NanPropagation, ThroughSplitKeyRangesWhenTheRunningMaxDropsIt) {
+  const index_t sq = 16, sk = 4096, d = 32;  // one query block, many keys: split-KV
+  HostTensor<float> q(Layout::Bshd, 1, sq, 1, d), k(Layout::Bshd, 1, sk, 1, d), v(Layout::Bshd, 1, sk, 1, d);
+  HostTensor<float> o(Layout::Bshd, 1, sq, 1, d, 0.0f);
+  HostLse lse(1, 1, sq);
+  fill_normal(q.view(), 171);
+  fill_normal(k.view(), 172);
+  fill_normal(v.view(), 173);
+  q.view()(0, 0, 0, 3) = kNan;
+  AttentionOptions opts;
+  opts.causal = true;
+  opts.window_left = 30;  // row 0 keeps keys 4050 .. 4080 only, all in the last key range
+  attention_forward(q.cview(), k.cview(), v.cview(), o.view(), opts, lse.view());
+  for (index_t c = 0; c < d; ++c) EXPECT_TRUE(std::isnan(o.view()(0, 0, 0, c))) << "col " << c;
+  EXPECT_TRUE(std::isnan(lse.view()(0, 0, 0)));
+  for (index_t i = 1; i < sq; ++i) EXPECT_TRUE(std::isfinite(lse.view()(0, 0, i))) << "row " << i;
+}
+
 // A score modifier sees the NaN score and passes it on (tanh(NaN) = NaN).
 TEST(NanPropagation, ThroughScoreModifier) {
   NanProblem p;

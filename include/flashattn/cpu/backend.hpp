@@ -86,7 +86,8 @@ void run_forward(const ForwardParams<T>& p, const Mask& mask, Accounting& acct) 
   });
 
   // Merge: O = Σ_s 2^(m_s − M)·O_s / Σ_s 2^(m_s − M)·ℓ_s with M = max_s m_s; ranges that kept no key have
-  // m_s = −inf and weigh 0, and a row with no key at all is 0 with LSE −inf.
+  // ℓ_s = 0 and weigh 0, and a row with no key at all is 0 with LSE −inf. (ℓ_s, not m_s, tells: the running
+  // max can drop a NaN score that the running sum keeps, so m_s = −inf with ℓ_s = NaN is a NaN row.)
   constexpr Acc neg_inf = -std::numeric_limits<Acc>::infinity();
   constexpr Acc ln2 = Acc(0.6931471805599453094);
   run_workers(p.q.batch * p.q.heads, threads, [&](WorkQueue& queue) {
@@ -96,17 +97,20 @@ void run_forward(const ForwardParams<T>& p, const Mask& mask, Accounting& acct) 
       for (index_t i = 0; i < p.q.seq; ++i) {
         const index_t row = bh * p.q.seq + i;
         Acc m = neg_inf;
+        bool any = false;
         for (index_t s = 0; s < splits; ++s) {
           const Acc ms = part_m.data()[s * rows_total + row];
+          if (part_l.data()[s * rows_total + row] == Acc(0)) continue;
+          any = true;
           if (ms > m || ms != ms) m = ms;  // NaN wins, so that it reaches the output
         }
         Acc l = 0;
         T* out = p.o.row(b, i, h);
         std::fill(o.data(), o.data() + d, Acc(0));
-        if (m != neg_inf) {
+        if (any) {
           for (index_t s = 0; s < splits; ++s) {
             const Acc ms = part_m.data()[s * rows_total + row];
-            if (ms == neg_inf) continue;
+            if (part_l.data()[s * rows_total + row] == Acc(0)) continue;
             const Acc w = std::exp2(ms - m);
             l += w * part_l.data()[s * rows_total + row];
             const Acc* os = part_o.data() + (s * rows_total + row) * d;
