@@ -384,6 +384,29 @@ bool all_poison(const std::vector<T>& buf) {
   return true;
 }
 
+// A contiguous copy of a view, with subnormal values replaced by 0 when `flush` (the reading of bf16 by
+// AVX512_BF16's instructions); otherwise just the view itself.
+template <class T>
+struct Flushed {
+  std::vector<T> data;
+  fa::TensorView<const T> view;
+  Flushed(const fa::TensorView<const T>& x, bool flush) : view(x) {
+    if (!flush) return;
+    data.resize(std::size_t(x.numel()));
+    const fa::TensorView<T> out = fa::bshd(data.data(), x.batch, x.seq, x.heads, x.dim);
+    for (index_t b = 0; b < x.batch; ++b)
+      for (index_t s = 0; s < x.seq; ++s)
+        for (index_t h = 0; h < x.heads; ++h)
+          for (index_t c = 0; c < x.dim; ++c) {
+            const double e = to_double(x(b, s, h, c));
+            out(b, s, h, c) = e != 0 && std::abs(e) < Limits<T>::min_normal() ? from_double<T>(0.0) : x(b, s, h, c);
+          }
+    view = out;
+  }
+  Flushed(const Flushed&) = delete;
+  Flushed& operator=(const Flushed&) = delete;
+};
+
 template <class T, class RefMask>
 void check_results(const fa::TensorView<const T>& q,
                    const fa::TensorView<const T>& k, const fa::TensorView<const T>& v, const fa::TensorView<T>& o,
@@ -418,8 +441,10 @@ void check_results(const fa::TensorView<const T>& q,
         for (index_t j = 0; j < k.seq; ++j) {
           double dot = 0;
           for (index_t c = 0; c < q.dim; ++c) {
-            const double t = std::abs(to_double(q(b, i, h, c)) * to_double(k(b, j, hk, c)));
-            if (std::isfinite(t)) dot += t;
+            // Products of finite values only (non-finite inputs are not an overflow); a product of two
+            // finite doubles can itself overflow to inf, which then counts.
+            const double qc = to_double(q(b, i, h, c)), kc = to_double(k(b, j, hk, c));
+            if (std::isfinite(qc) && std::isfinite(kc)) dot += std::abs(qc * kc);
           }
           max_dot = std::max(max_dot, dot);
         }
@@ -452,10 +477,14 @@ void check_results(const fa::TensorView<const T>& q,
   if (overflow_risk) return;
 
   // The "exact" side: fp64, or x87 long double for T = double (whose same-precision naive run is fp64
-  // itself), as in tests/tolerance.hpp.
+  // itself), as in tests/tolerance.hpp. Where the kernel reads subnormal bf16 as 0 (AVX512_BF16), the
+  // references read the same flushed inputs: that is the documented semantics.
   using Exact = std::conditional_t<std::is_same_v<T, double>, long double, double>;
-  const fa::testing::ReferenceResult ref = fa::testing::reference_attention<Exact>(q, k, v, scale, ref_mask);
-  const fa::testing::ReferenceResult naive = fa::testing::reference_attention<Acc, T>(q, k, v, scale, ref_mask);
+  const Flushed<T> fq(q, flushes_subnormals), fk(k, flushes_subnormals), fv(v, flushes_subnormals);
+  const fa::testing::ReferenceResult ref =
+      fa::testing::reference_attention<Exact>(fq.view, fk.view, fv.view, scale, ref_mask);
+  const fa::testing::ReferenceResult naive =
+      fa::testing::reference_attention<Acc, T>(fq.view, fk.view, fv.view, scale, ref_mask);
 
   double err = 0, naive_err = 0, max_ref = 0;
   double lse_err = 0, lse_naive_err = 0, max_lse = 0;
@@ -514,13 +543,27 @@ void check_results(const fa::TensorView<const T>& q,
   const double eps = 4 * 2 * Limits<Acc>::unit_roundoff() * std::max(1.0, max_ref) +
                      2 * Limits<T>::unit_roundoff() * max_ref + 4 * Limits<T>::denorm_min() +
                      (flushes_subnormals ? 2 * Limits<T>::min_normal() : 0.0);
-  if (!(err <= 2 * naive_err + eps)) {
-    std::fprintf(stderr, "max|o - ref| = %g, max|naive - ref| = %g, eps = %g\n", err, naive_err, eps);
+  // Where the scores themselves are uncertain by more than ~2^-11 (in base-2 units) after rounding
+  // (large logits), which of two near-equal scores rounds higher is a coin flip for the kernel and the
+  // naive alike, and the 2× rule compares two coin flips. There the a-priori forward error bound decides:
+  // every base-2 score is within delta of exact (a dot product of D terms, the scale, a score modifier),
+  // so every probability within a factor 2^(±2·delta) (times the exp and, for 16-bit P, storage
+  // rounding), and o within that of max|v|, plus the P·V sums and the output's rounding.
+  const double u = Limits<Acc>::unit_roundoff();
+  const double delta = double(q.dim + 6) * u * scale * log2e * max_dot;
+  const bool ill_conditioned = 2 * delta >= 1.0 / 2048;
+  const double p_rel = 4 * u + (sizeof(T) == 2 ? Limits<T>::unit_roundoff() : 0.0);
+  const double apriori = max_v * (std::exp2(2 * delta) * (1 + 2 * p_rel) - 1 + double(k.seq + 2) * u) + eps;
+  if (!(err <= 2 * naive_err + eps) && !(ill_conditioned && err <= apriori)) {
+    std::fprintf(stderr, "max|o - ref| = %g, max|naive - ref| = %g, eps = %g, a-priori bound %g (%s)\n", err,
+                 naive_err, eps, apriori, ill_conditioned ? "applies" : "not applicable");
     finding("output outside the tolerance rule");
   }
   const double lse_eps = 4 * 2 * Limits<float>::unit_roundoff() * std::max(1.0, max_lse);
-  if (!(lse_err <= 2 * lse_naive_err + lse_eps)) {
-    std::fprintf(stderr, "max|lse - ref| = %g, max|naive - ref| = %g, eps = %g\n", lse_err, lse_naive_err, lse_eps);
+  const double lse_apriori = (delta + 2 * p_rel) * 0.6931471805599453 + lse_eps;
+  if (!(lse_err <= 2 * lse_naive_err + lse_eps) && !(ill_conditioned && lse_err <= lse_apriori)) {
+    std::fprintf(stderr, "max|lse - ref| = %g, max|naive - ref| = %g, eps = %g, a-priori bound %g (%s)\n", lse_err,
+                 lse_naive_err, lse_eps, lse_apriori, ill_conditioned ? "applies" : "not applicable");
     finding("LSE outside the tolerance rule");
   }
 }
