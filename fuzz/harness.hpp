@@ -543,28 +543,30 @@ void check_results(const fa::TensorView<const T>& q,
   const double eps = 4 * 2 * Limits<Acc>::unit_roundoff() * std::max(1.0, max_ref) +
                      2 * Limits<T>::unit_roundoff() * max_ref + 4 * Limits<T>::denorm_min() +
                      (flushes_subnormals ? 2 * Limits<T>::min_normal() : 0.0);
-  // Where the scores themselves are uncertain by more than ~2^-11 (in base-2 units) after rounding
-  // (large logits), which of two near-equal scores rounds higher is a coin flip for the kernel and the
-  // naive alike, and the 2× rule compares two coin flips. There the a-priori forward error bound decides:
-  // every base-2 score is within delta of exact (a dot product of D terms, the scale, a score modifier),
-  // so every probability within a factor 2^(±2·delta) (times the exp and, for 16-bit P, storage
-  // rounding), and o within that of max|v|, plus the P·V sums and the output's rounding.
+  // The 2× rule compares two computations whose errors come from a handful of roundings each, so where
+  // both are tiny (a few ulps) or where the scores' own rounding decides which of two near-equal scores
+  // wins (large logits), the ratio of the two is chance (seen: double, scale 1000: 6.3e-15 vs 2 × 1.5e-15).
+  // So an output also passes within the a-priori forward error bound of the computation, which any
+  // correct implementation meets: every base-2 score is within delta of exact (a dot product of D terms,
+  // the scale, a score modifier), so every probability is within a factor 2^(±2·delta) (times the exp's
+  // and, for 16-bit P, the storage rounding), and o within that much of max|v|, plus the P·V sums and
+  // the output's rounding. Masking, tiling and rescaling errors are of the order of max|v| and fail
+  // both; the strict rule alone is the unit tests' (tests/tolerance.hpp).
   const double u = Limits<Acc>::unit_roundoff();
   const double delta = double(q.dim + 6) * u * scale * log2e * max_dot;
-  const bool ill_conditioned = 2 * delta >= 1.0 / 2048;
   const double p_rel = 4 * u + (sizeof(T) == 2 ? Limits<T>::unit_roundoff() : 0.0);
   const double apriori = max_v * (std::exp2(2 * delta) * (1 + 2 * p_rel) - 1 + double(k.seq + 2) * u) + eps;
-  if (!(err <= 2 * naive_err + eps) && !(ill_conditioned && err <= apriori)) {
-    std::fprintf(stderr, "max|o - ref| = %g, max|naive - ref| = %g, eps = %g, a-priori bound %g (%s)\n", err,
-                 naive_err, eps, apriori, ill_conditioned ? "applies" : "not applicable");
-    finding("output outside the tolerance rule");
+  if (!(err <= 2 * naive_err + eps) && !(err <= apriori)) {
+    std::fprintf(stderr, "max|o - ref| = %g, max|naive - ref| = %g, eps = %g, a-priori bound %g\n", err, naive_err,
+                 eps, apriori);
+    finding("output outside the tolerance rule and the a-priori bound");
   }
   const double lse_eps = 4 * 2 * Limits<float>::unit_roundoff() * std::max(1.0, max_lse);
   const double lse_apriori = (delta + 2 * p_rel) * 0.6931471805599453 + lse_eps;
-  if (!(lse_err <= 2 * lse_naive_err + lse_eps) && !(ill_conditioned && lse_err <= lse_apriori)) {
-    std::fprintf(stderr, "max|lse - ref| = %g, max|naive - ref| = %g, eps = %g, a-priori bound %g (%s)\n", lse_err,
-                 lse_naive_err, lse_eps, lse_apriori, ill_conditioned ? "applies" : "not applicable");
-    finding("LSE outside the tolerance rule");
+  if (!(lse_err <= 2 * lse_naive_err + lse_eps) && !(lse_err <= lse_apriori)) {
+    std::fprintf(stderr, "max|lse - ref| = %g, max|naive - ref| = %g, eps = %g, a-priori bound %g\n", lse_err,
+                 lse_naive_err, lse_eps, lse_apriori);
+    finding("LSE outside the tolerance rule and the a-priori bound");
   }
 }
 
