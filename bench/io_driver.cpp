@@ -1,9 +1,10 @@
 // A small driver for cache simulation: one fp32 forward call, one head, one thread, so that valgrind's
 // cachegrind can count the last-level-cache misses of exactly that call.
 //
-//   io_driver <naive|tiled|api|none> N d M_BYTES [BLOCK_Q BLOCK_KV]
+//   io_driver <naive|naive_blocked|tiled|api|none> N d M_BYTES [BLOCK_Q BLOCK_KV]
 //
-// naive: naive_attention_forward (Eigen GEMMs, S and P in main memory). tiled: the forward programs in the
+// naive: naive_attention_forward (whole-matrix Eigen GEMMs, S and P in main memory). naive_blocked: the same
+// three passes blocked with the tiles of M (bench/io_naive.hpp), the schedule of the naive IO model. tiled: the forward programs in the
 // backend's no-split order (bench/io_tiled.hpp), the schedule of the IO model. api: attention_forward
 // itself with the same tiles, which for one head and few query blocks splits the keys (split-KV).
 // "none" does everything but the attention call: its misses are subtracted from the others' by
@@ -28,6 +29,7 @@
 #include "flashattn/flashattn.hpp"
 #include "flashattn/naive.hpp"
 #include "io_model.hpp"
+#include "io_naive.hpp"
 #include "io_tiled.hpp"
 
 namespace {
@@ -63,7 +65,7 @@ using ApiTiles = std::tuple<flashattn::cpu::Tiles<1024, 32>, flashattn::cpu::Til
 volatile float g_sink;  // keeps the flush from being optimised away
 
 [[noreturn]] void usage() {
-  std::fprintf(stderr, "usage: io_driver <naive|tiled|api|none> N d M_BYTES [BLOCK_Q BLOCK_KV]\n");
+  std::fprintf(stderr, "usage: io_driver <naive|naive_blocked|tiled|api|none> N d M_BYTES [BLOCK_Q BLOCK_KV]\n");
   std::exit(2);
 }
 
@@ -72,7 +74,7 @@ volatile float g_sink;  // keeps the flush from being optimised away
 int main(int argc, char** argv) {
   if (argc != 5 && argc != 7) usage();
   const std::string path = argv[1];
-  if (path != "naive" && path != "tiled" && path != "api" && path != "none") usage();
+  if (path != "naive" && path != "naive_blocked" && path != "tiled" && path != "api" && path != "none") usage();
   const index_t n = std::atoll(argv[2]), d = std::atoll(argv[3]);
   const std::int64_t m = std::atoll(argv[4]);
   if (n <= 0 || d <= 0 || m <= 0) usage();
@@ -92,6 +94,8 @@ int main(int argc, char** argv) {
   g_sink = flush_caches(m);
   if (path == "naive") {
     flashattn::naive_attention_forward<float>(view(q), view(k), view(v), out, opts, {}, counter);
+  } else if (path == "naive_blocked") {
+    io::naive_forward_blocked(view(q), view(k), view(v), out, opts, tiles.block_q, tiles.block_kv, counter);
   } else if (path == "tiled") {
     io::with_tiles<io::IoSweepTileConfigs>(tiles, [&](auto config) {
       io::tiled_forward_unsplit<decltype(config), float>(view(q), view(k), view(v), out, opts, {}, counter);
@@ -103,13 +107,18 @@ int main(int argc, char** argv) {
   }
 
   const io::Shape shape{n, n, d, sizeof(float), sizeof(float), false};
-  const bool tiled = path == "tiled" || path == "api";
+  const bool tiled = path == "tiled" || path == "api" || path == "naive_blocked";
   std::printf("path=%s n=%lld d=%lld m=%lld block_q=%d block_kv=%d counted_bytes=%lld exact_bytes=%lld "
               "model_bytes=%.0f checksum=%g\n",
               path.c_str(), (long long)n, (long long)d, (long long)m, tiled ? tiles.block_q : 0,
               tiled ? tiles.block_kv : 0, (long long)counter.total_bytes(),
-              (long long)(tiled ? io::tiled_bytes(shape, tiles.block_q) : path == "naive" ? io::naive_bytes(shape) : 0),
-              tiled ? io::tiled_model_bytes(shape, m) : path == "naive" ? io::naive_model_bytes(shape) : 0.0,
+              (long long)(path == "naive_blocked" ? io::naive_blocked_bytes(shape, tiles.block_q)
+                          : tiled             ? io::tiled_bytes(shape, tiles.block_q)
+                          : path == "naive"   ? io::naive_bytes(shape)
+                                              : 0),
+              path == "naive_blocked" || path == "naive" ? io::naive_model_bytes(shape)
+              : tiled                                    ? io::tiled_model_bytes(shape, m)
+                                                         : 0.0,
               double(o[0] + o[o.size() - 1]));
   return 0;
 }

@@ -72,6 +72,12 @@ inline std::int64_t tiled_bytes_causal(const Shape& s, index_t block_q) {
          (s.lse ? s.seq_q * 4 : 0);
 }
 
+// Naive, blocked as the tiled kernel is (bench/io_naive.hpp, Algorithm 0 of the paper): the tiled schedule's
+// traffic (Q, O once; K in pass 1 and V in pass 3 once per query block) plus S and P through main memory.
+inline std::int64_t naive_blocked_bytes(const Shape& s, index_t block_q) {
+  return tiled_bytes(s, block_q) + 4 * s.seq_q * s.seq_k * s.acc_elem;
+}
+
 // ---- the paper's law ----------------------------------------------------------------------------------
 
 // Rows of the block held in fast memory across the inner loop, from Algorithm 1: M / (4·d) elements.

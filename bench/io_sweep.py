@@ -105,6 +105,7 @@ def run_sweep(args):
         for n in g["ns"]:
             for m in g["naive_ms"]:
                 jobs.append(("naive", n, d, m))
+                jobs.append(("naive_blocked", n, d, m))
             for m in g["tiled_ms"]:
                 jobs.append(("tiled", n, d, m))
     jobs += [("api", n, d, m) for (n, d, m) in g["api"]]
@@ -127,7 +128,7 @@ def run_sweep(args):
                    model_bytes=int(float(info["model_bytes"])), dlmr=r, dlmw=w, base_dlmr=br, base_dlmw=bw,
                    dram_bytes=dram, dram_over_counted=round(dram / counted, 4), sim_seconds=round(secs, 1))
         rows.append(row)
-        print(f"[{i:3d}/{len(jobs)}] {path:5s} N={n:5d} d={d:3d} M={m // KIB:5d} KiB"
+        print(f"[{i:3d}/{len(jobs)}] {path:13s} N={n:5d} d={d:3d} M={m // KIB:5d} KiB"
               f" BlockQ={row['block_q']:4d}  cachegrind {human(dram)}  counted {human(counted)}"
               f"  ratio {dram / counted:5.2f}  ({secs:5.1f} s, {time.time() - t_start:6.0f} s total)", flush=True)
     return rows
@@ -145,15 +146,16 @@ def analyse(rows, quick):
     def ok(flag):
         return "HOLDS" if flag else "MISSED"
 
-    # Target 1: tiled vs naive at N=4096 (largest N), d=64, M=1 MiB.
+    # Target 1: tiled vs naive at N=4096 (largest N), d=64, M=1 MiB; against both naive schedules.
     n_t = 4096 if 4096 in ns else max(ns)
-    key_n, key_t = ("naive", n_t, 64, MIB), ("tiled", n_t, 64, MIB)
-    if key_n in by and key_t in by:
-        rn, rt = by[key_n], by[key_t]
-        ratio = rn["dram_bytes"] / rt["dram_bytes"]
-        out.append(f"N={n_t} d=64 M=1 MiB: naive {human(rn['dram_bytes'])}, tiled {human(rt['dram_bytes'])} "
-                   f"(BlockQ={rt['block_q']}): tiled is {ratio:.1f}x below naive (counted: "
-                   f"{rn['counted_bytes'] / rt['counted_bytes']:.1f}x) -> target >= 9x {ok(ratio >= 9)}")
+    for naive in ("naive", "naive_blocked"):
+        key_n, key_t = (naive, n_t, 64, MIB), ("tiled", n_t, 64, MIB)
+        if key_n in by and key_t in by:
+            rn, rt = by[key_n], by[key_t]
+            ratio = rn["dram_bytes"] / rt["dram_bytes"]
+            out.append(f"N={n_t} d=64 M=1 MiB: {naive} {human(rn['dram_bytes'])}, tiled {human(rt['dram_bytes'])} "
+                       f"(BlockQ={rt['block_q']}): tiled is {ratio:.1f}x below {naive} (counted: "
+                       f"{rn['counted_bytes'] / rt['counted_bytes']:.1f}x) -> target >= 9x {ok(ratio >= 9)}")
 
     # Target 2a: tiled slope vs M, per (N, d), over the M with N*d*elem > M (K and V do not fit).
     out.append("tiled: slope of log(DRAM bytes) vs log(M), over M < N*d*4 (target -1 +- 0.15):")
@@ -180,31 +182,36 @@ def analyse(rows, quick):
                        f"cachegrind {s:+.3f}, counted {sc:+.3f} -> {ok(abs(s - 2) <= 0.15)}")
 
     # Target 2c: naive grows as N^2 (once S = N^2*4 exceeds M).
-    out.append("naive: slope of log(DRAM bytes) vs log(N), over N with N*N*4 > M (N^2: 2):")
-    for d in ds:
-        for m in naive_ms:
-            sel = [n for n in ns if n * n * ELEM > m and ("naive", n, d, m) in by]
-            if len(sel) < 2:
-                continue
-            s = fit_slope(sel, [by[("naive", n, d, m)]["dram_bytes"] for n in sel])
-            out.append(f"  d={d:3d} M={m // KIB:5d} KiB N={sel[0]}..{sel[-1]} ({len(sel)} points): "
-                       f"cachegrind {s:+.3f}")
+    for naive in ("naive", "naive_blocked"):
+        out.append(f"{naive}: slope of log(DRAM bytes) vs log(N), over N with N*N*4 > M (N^2: 2):")
+        for d in ds:
+            for m in naive_ms:
+                sel = [n for n in ns if n * n * ELEM > m and (naive, n, d, m) in by]
+                if len(sel) < 2:
+                    continue
+                s = fit_slope(sel, [by[(naive, n, d, m)]["dram_bytes"] for n in sel])
+                out.append(f"  d={d:3d} M={m // KIB:5d} KiB N={sel[0]}..{sel[-1]} ({len(sel)} points): "
+                           f"cachegrind {s:+.3f}")
 
     # Target 2d: counted vs cachegrind within +-25%.
     out.append("cachegrind / counted (target within 0.75..1.25):")
-    for path in ("naive", "tiled", "api"):
+    # The law's range: what the schedule streams does not fit in M (K and V for tiled, S for naive).
+    in_range = {"tiled": ("N*d*4 > M", lambda r: r["n"] * r["d"] * ELEM > r["m_bytes"]),
+                "naive_blocked": ("N*N*4 > M", lambda r: r["n"] * r["n"] * ELEM > r["m_bytes"])}
+    for path in ("naive", "naive_blocked", "tiled", "api"):
         sel = [r for r in rows if r["path"] == path]
         if not sel:
             continue
         ratios = [r["dram_over_counted"] for r in sel]
         inside = sum(0.75 <= x <= 1.25 for x in ratios)
-        out.append(f"  {path:5s}: {inside}/{len(sel)} runs inside, ratio min {min(ratios):.3f} "
+        out.append(f"  {path:13s}: {inside}/{len(sel)} runs inside, ratio min {min(ratios):.3f} "
                    f"median {sorted(ratios)[len(ratios) // 2]:.3f} max {max(ratios):.3f}")
-        if path == "tiled":
-            law = [r for r in sel if r["n"] * r["d"] * ELEM > r["m_bytes"]]
+        if path in in_range:
+            what, pred = in_range[path]
+            law = [r for r in sel if pred(r)]
             if law:
                 lr = [r["dram_over_counted"] for r in law]
-                out.append(f"  tiled in the law's range (N*d*4 > M): {sum(0.75 <= x <= 1.25 for x in lr)}/{len(lr)}"
+                out.append(f"  {path} in the law's range ({what}): {sum(0.75 <= x <= 1.25 for x in lr)}/{len(lr)}"
                            f" inside, min {min(lr):.3f} max {max(lr):.3f}")
     return out
 
@@ -221,6 +228,7 @@ def plot(rows, suffix, img_dir):
     fig, axes = plt.subplots(1, len(ds), figsize=(6.5 * len(ds), 5), squeeze=False)
     for ax, d in zip(axes[0], ds):
         for path, style, ms in (("naive", "-o", sorted({r["m_bytes"] for r in rows if r["path"] == "naive"})),
+                                ("naive_blocked", "-.^", [MIB]),
                                 ("tiled", "--s", sorted({r["m_bytes"] for r in rows if r["path"] == "tiled"}))):
             for m in ms:
                 if path == "tiled" and m not in (256 * KIB, MIB, 4 * MIB):

@@ -47,12 +47,12 @@ fi
 echo "== fuzz: $seconds s, $jobs job(s), corpus $corpus ($(ls "$corpus" | wc -l) inputs), log $log"
 set +e
 "$build/fuzz/fuzz_attention" "${args[@]}" "$corpus" 2>&1 | tee "$log" | grep --line-buffered -E \
-  '^#[0-9]+ +(INITED|pulse|DONE|REDUCE|NEW)|FINDING|ERROR|SUMMARY|runtime error|Test unit written|stat::' |
-  awk '/ NEW / { if (++n % 20) next } { print; fflush() }'
+  '^#[0-9]+[[:space:]]+(INITED|pulse|DONE|REDUCE|NEW)|FINDING|ERROR|SUMMARY|runtime error|Test unit written|stat::' |
+  awk '/[[:space:]](NEW|REDUCE)[[:space:]]/ { if (++n % 50) next } { print; fflush() }'
 status=${PIPESTATUS[0]}
 set -e
 
-last=$(grep -E '^#[0-9]+ ' "$log" | tail -n 1 || true)
+last=$(grep -E '^#[0-9]+[[:space:]]' "$log" | tail -n 1 || true)
 echo "== fuzz: exit $status; last status line: ${last:-none}"
 if (( status != 0 )); then
   echo "== fuzz: FAILED (finding); reproducer(s) in $artifacts:" >&2
