@@ -16,6 +16,8 @@ import subprocess
 import sys
 import time
 
+WARMUP_S = 0.3  # seconds of untimed calls before each side's timed calls
+
 
 def heads_for(n):
     # bench_forward's rule: H=8 up to N=4096, fewer beyond so that one call stays ~1 s.
@@ -30,7 +32,9 @@ def torch_rate(torch, n, d, causal, threads, dtype, reps):
     f = torch.nn.functional.scaled_dot_product_attention
     clock = time.process_time if threads == 1 else time.perf_counter
     with torch.no_grad():
-        f(q, k, v, is_causal=causal)
+        t_end = time.perf_counter() + WARMUP_S
+        while time.perf_counter() < t_end:
+            f(q, k, v, is_causal=causal)
         times = []
         for _ in range(reps):
             t0 = clock()
@@ -59,7 +63,10 @@ def torch_sgemm_rate(torch, threads, n=2048, reps=5):
 def ours(bench, dtype, n, d, causal, threads):
     name = f"tiled/{dtype}/N:{n}/d:{d}/causal:{int(causal)}/threads:{threads}/"
     env = dict(os.environ, FLASHATTN_BENCH_THREADS=str(threads))
-    out = subprocess.run([bench, f"--benchmark_filter=^{name}", "--benchmark_format=json"],
+    # The same warm-up as the torch side (WARMUP_S of calls): the core this process lands on may have been
+    # idle, and its clock ramps up over tens of milliseconds, a large part of an N=1024 call.
+    out = subprocess.run([bench, f"--benchmark_filter=^{name}", "--benchmark_format=json",
+                          f"--benchmark_min_warmup_time={WARMUP_S}"],
                          env=env, check=True, capture_output=True, text=True).stdout
     runs = json.loads(out)["benchmarks"]
     if not runs:

@@ -1,6 +1,6 @@
 // Tile-size sweep: the forward kernel at several (BlockQ, BlockKV) on one shape, one thread, process CPU
 // time, best of --reps calls each. For choosing DefaultTiles on a new CPU, and for docs/performance.md.
-//   tile_sweep [N=4096] [d=128] [dtype=fp32|bf16|fp16] [causal=0] [reps=3]
+//   tile_sweep [N=4096] [d=128] [dtype=fp32|bf16|fp16] [causal=0] [reps=3] [heads=2]
 // Built three times: tile_sweep (as shipped), tile_sweep_prefetch (FLASHATTN_PREFETCH=1) and
 // tile_sweep_staged (FLASHATTN_STAGE_KV=1).
 #include <Eigen/Core>
@@ -23,8 +23,7 @@ double cpu_seconds() {
 }
 
 template <class T, int BQ, int BKV>
-void sweep_one(index_t n, index_t d, bool causal, int reps) {
-  const index_t h = 2;
+void sweep_one(index_t n, index_t d, bool causal, int reps, index_t h) {
   std::vector<T> q(std::size_t(n * h * d)), k(q.size()), v(q.size()), o(q.size());
   std::mt19937 gen(1);
   std::normal_distribution<float> dist;
@@ -47,13 +46,13 @@ void sweep_one(index_t n, index_t d, bool causal, int reps) {
 }
 
 template <class T>
-void sweep(index_t n, index_t d, bool causal, int reps) {
-  sweep_one<T, 32, 64>(n, d, causal, reps);
-  sweep_one<T, 64, 64>(n, d, causal, reps);
-  sweep_one<T, 64, 128>(n, d, causal, reps);
-  sweep_one<T, 128, 64>(n, d, causal, reps);
-  sweep_one<T, 128, 128>(n, d, causal, reps);
-  sweep_one<T, 256, 64>(n, d, causal, reps);
+void sweep(index_t n, index_t d, bool causal, int reps, index_t h) {
+  sweep_one<T, 32, 64>(n, d, causal, reps, h);
+  sweep_one<T, 64, 64>(n, d, causal, reps, h);
+  sweep_one<T, 64, 128>(n, d, causal, reps, h);
+  sweep_one<T, 128, 64>(n, d, causal, reps, h);
+  sweep_one<T, 128, 128>(n, d, causal, reps, h);
+  sweep_one<T, 256, 64>(n, d, causal, reps, h);
 }
 }  // namespace
 
@@ -63,10 +62,11 @@ int main(int argc, char** argv) {
   const std::string dtype = argc > 3 ? argv[3] : "fp32";
   const bool causal = argc > 4 && std::atoi(argv[4]) != 0;
   const int reps = argc > 5 ? std::atoi(argv[5]) : 3;
-  std::printf("tile sweep: %s N=%ld d=%ld causal=%d, 2 heads, 1 thread, prefetch=%d, stage_kv=%d, isa=%s\n",
-              dtype.c_str(), long(n), long(d), int(causal), FLASHATTN_PREFETCH, FLASHATTN_STAGE_KV,
+  const index_t h = argc > 6 ? std::atol(argv[6]) : 2;
+  std::printf("tile sweep: %s N=%ld d=%ld causal=%d, %ld heads, 1 thread, prefetch=%d, stage_kv=%d, isa=%s\n",
+              dtype.c_str(), long(n), long(d), int(causal), long(h), FLASHATTN_PREFETCH, FLASHATTN_STAGE_KV,
               flashattn::cpu::isa_name(flashattn::cpu::kBestIsa));
-  if (dtype == "bf16") sweep<Eigen::bfloat16>(n, d, causal, reps);
-  else if (dtype == "fp16") sweep<Eigen::half>(n, d, causal, reps);
-  else sweep<float>(n, d, causal, reps);
+  if (dtype == "bf16") sweep<Eigen::bfloat16>(n, d, causal, reps, h);
+  else if (dtype == "fp16") sweep<Eigen::half>(n, d, causal, reps, h);
+  else sweep<float>(n, d, causal, reps, h);
 }
