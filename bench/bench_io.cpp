@@ -6,8 +6,10 @@
 // configuration that io::select_tiles picks for a fast memory of M bytes (BlockQ ≈ M / (4·d·4), as in
 // Algorithm 1 of the FlashAttention paper) in the schedule of the model (bench/io_tiled.hpp: no split-KV);
 // io/api runs attention_forward itself with the same tiles, which for one head with few query blocks
-// splits the keys (more traffic, for parallelism). The naive path does not depend on M. Counters:
-//   model_B     the paper's law: naive 4·N·d·e + 4·N²·e, tiled 2·N·d·e + 8·N²·d²·e²/M (bench/io_model.hpp)
+// splits the keys (more traffic, for parallelism). io/naive is naive_attention_forward (whole-matrix Eigen
+// GEMMs; counted as the textbook passes, independent of M); io/naive_blocked is the same algorithm blocked
+// with the tiles of M (bench/io_naive.hpp), whose count is exact. Counters:
+//   model_B     the paper's law: naive (both) 4·N·d·e + 4·N²·e, tiled 2·N·d·e + 8·N²·d²·e²/M (bench/io_model.hpp)
 //   counted_B   bytes the kernel reported through flashattn::ByteCounter during one call
 //   exact_B     the exact formula for the tile configuration used (= counted_B; tests/test_accounting.cpp)
 //   scratch_B   peak tracked kernel scratch (cpu::scratch_stats) during one call: the tiled working set
@@ -27,6 +29,7 @@
 #include "flashattn/naive.hpp"
 #include "io_heap.hpp"
 #include "io_model.hpp"
+#include "io_naive.hpp"
 #include "io_tiled.hpp"
 
 namespace {
@@ -94,6 +97,22 @@ void bm_naive(benchmark::State& state) {
   });
 }
 
+void bm_naive_blocked(benchmark::State& state) {
+  const index_t n = state.range(0), d = state.range(1);
+  const std::int64_t m = state.range(2) * 1024;
+  Inputs in(n, d);
+  flashattn::AttentionOptions opts;
+  opts.num_threads = 1;
+  const io::Shape shape = shape_of(n, d);
+  const io::TileChoice choice = io::select_tiles(m, d, sizeof(float));
+  measure(state, shape, io::naive_model_bytes(shape), io::naive_blocked_bytes(shape, choice.block_q), choice,
+          [&](auto&& acct) {
+            io::naive_forward_blocked(in.view(in.q), in.view(in.k), in.view(in.v), in.out(), opts, choice.block_q,
+                                      choice.block_kv, acct);
+            benchmark::DoNotOptimize(in.o.data());
+          });
+}
+
 template <bool Api>
 void bm_tiled(benchmark::State& state) {
   const index_t n = state.range(0), d = state.range(1);
@@ -121,6 +140,11 @@ void register_all() {
       const std::string suffix = "/N:" + std::to_string(n) + "/d:" + std::to_string(d);
       benchmark::RegisterBenchmark(("io/naive" + suffix).c_str(), bm_naive)
           ->Args({n, d})
+          ->Iterations(1)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+      benchmark::RegisterBenchmark(("io/naive_blocked" + suffix + "/M_KiB:1024").c_str(), bm_naive_blocked)
+          ->Args({n, d, 1024})
           ->Iterations(1)
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
