@@ -85,52 +85,56 @@ void measure(benchmark::State& state, const io::Shape& shape, double model, std:
   state.counters["x_naive"] = double(io::naive_bytes(shape)) / double(counter.total_bytes());
 }
 
-void bm_naive(benchmark::State& state) {
-  const index_t n = state.range(0), d = state.range(1);
-  Inputs in(n, d);
+// What every benchmark here starts from: one head of N × d inputs, one thread, and (for the tiled and
+// blocked paths, whose third argument is M in KiB) the tiles select_tiles picks for M.
+struct OneHead {
+  Inputs in;
   flashattn::AttentionOptions opts;
-  opts.num_threads = 1;
-  const io::Shape shape = shape_of(n, d);
-  measure(state, shape, io::naive_model_bytes(shape), io::naive_bytes(shape), {0, 0}, [&](auto&& acct) {
-    flashattn::naive_attention_forward<float>(in.view(in.q), in.view(in.k), in.view(in.v), in.out(), opts, {}, acct);
-    benchmark::DoNotOptimize(in.o.data());
+  io::Shape shape;
+  std::int64_t m;
+  io::TileChoice choice;
+  OneHead(index_t n, index_t d, std::int64_t m_bytes)
+      : in(n, d), shape(shape_of(n, d)), m(m_bytes), choice(io::select_tiles(m_bytes, d, sizeof(float))) {
+    opts.num_threads = 1;
+  }
+  static OneHead with_m(const benchmark::State& state) {
+    return OneHead(state.range(0), state.range(1), state.range(2) * 1024);
+  }
+};
+
+void bm_naive(benchmark::State& state) {
+  OneHead h(state.range(0), state.range(1), 0);
+  measure(state, h.shape, io::naive_model_bytes(h.shape), io::naive_bytes(h.shape), {0, 0}, [&](auto&& acct) {
+    flashattn::naive_attention_forward<float>(h.in.view(h.in.q), h.in.view(h.in.k), h.in.view(h.in.v), h.in.out(),
+                                              h.opts, {}, acct);
+    benchmark::DoNotOptimize(h.in.o.data());
   });
 }
 
 void bm_naive_blocked(benchmark::State& state) {
-  const index_t n = state.range(0), d = state.range(1);
-  const std::int64_t m = state.range(2) * 1024;
-  Inputs in(n, d);
-  flashattn::AttentionOptions opts;
-  opts.num_threads = 1;
-  const io::Shape shape = shape_of(n, d);
-  const io::TileChoice choice = io::select_tiles(m, d, sizeof(float));
-  measure(state, shape, io::naive_model_bytes(shape), io::naive_blocked_bytes(shape, choice.block_q), choice,
+  OneHead h = OneHead::with_m(state);
+  measure(state, h.shape, io::naive_model_bytes(h.shape), io::naive_blocked_bytes(h.shape, h.choice.block_q), h.choice,
           [&](auto&& acct) {
-            io::naive_forward_blocked(in.view(in.q), in.view(in.k), in.view(in.v), in.out(), opts, choice.block_q,
-                                      choice.block_kv, acct);
-            benchmark::DoNotOptimize(in.o.data());
+            io::naive_forward_blocked(h.in.view(h.in.q), h.in.view(h.in.k), h.in.view(h.in.v), h.in.out(), h.opts,
+                                      h.choice.block_q, h.choice.block_kv, acct);
+            benchmark::DoNotOptimize(h.in.o.data());
           });
 }
 
 template <bool Api>
 void bm_tiled(benchmark::State& state) {
-  const index_t n = state.range(0), d = state.range(1);
-  const std::int64_t m = state.range(2) * 1024;
-  Inputs in(n, d);
-  flashattn::AttentionOptions opts;
-  opts.num_threads = 1;
-  const io::Shape shape = shape_of(n, d);
-  const io::TileChoice choice = io::select_tiles(m, d, sizeof(float));
-  io::with_tiles<std::conditional_t<Api, ApiTiles, BenchTiles>>(choice, [&](auto tiles) {
+  OneHead h = OneHead::with_m(state);
+  io::with_tiles<std::conditional_t<Api, ApiTiles, BenchTiles>>(h.choice, [&](auto tiles) {
     using Tiles = decltype(tiles);
-    measure(state, shape, io::tiled_model_bytes(shape, m), io::tiled_bytes(shape, choice.block_q), choice, [&](auto&& acct) {
-      if constexpr (Api)
-        flashattn::attention_forward<Tiles>(in.view(in.q), in.view(in.k), in.view(in.v), in.out(), opts, {}, acct);
-      else
-        io::tiled_forward_unsplit<Tiles, float>(in.view(in.q), in.view(in.k), in.view(in.v), in.out(), opts, {}, acct);
-      benchmark::DoNotOptimize(in.o.data());
-    });
+    measure(state, h.shape, io::tiled_model_bytes(h.shape, h.m), io::tiled_bytes(h.shape, h.choice.block_q), h.choice,
+            [&](auto&& acct) {
+              const auto q = h.in.view(h.in.q), k = h.in.view(h.in.k), v = h.in.view(h.in.v);
+              if constexpr (Api)
+                flashattn::attention_forward<Tiles>(q, k, v, h.in.out(), h.opts, {}, acct);
+              else
+                io::tiled_forward_unsplit<Tiles, float>(q, k, v, h.in.out(), h.opts, {}, acct);
+              benchmark::DoNotOptimize(h.in.o.data());
+            });
   });
 }
 
