@@ -30,7 +30,8 @@ using acc_t = std::conditional_t<std::is_same_v<std::remove_cv_t<T>, double>, do
 // working set (Qᵀ and Oᵀ grow with BlockQ). Measured (docs/performance.md, bench/tile_sweep): on Zen 5
 // (1 MiB L2) 64 × 64 is fastest or within a few percent at d = 64–256 and 128-row blocks lose 5–7 % at
 // d ≥ 128; on a Sapphire-Rapids-class Xeon (2 MiB L2, slower L3) 128-row blocks win by ~15 % at d = 128.
-// The forward dispatch picks between the two at run time by the L2 size (tall_query_blocks()).
+// The forward dispatch picks between the two at run time by the L2 size (tall_query_blocks()), and takes
+// TallTiles only for unmasked attention (dispatch.hpp says why).
 template <class T>
 using DefaultTiles = Tiles<64, 64>;
 template <class T>
