@@ -42,8 +42,9 @@ void dispatch_head_dim(const ForwardParams<T>& p, const Mask& mask, Accounting& 
 template <class TileChoice, class T, class Mask, class Accounting>
 void dispatch_tiles(const ForwardParams<T>& p, const Mask& mask, Accounting& acct) {
   if constexpr (std::is_same_v<TileChoice, AutoTiles>) {
-    if (std::is_same_v<Mask, NoMask> && cpu::tall_query_blocks())
-      return dispatch_head_dim<cpu::TallTiles<T>>(p, mask, acct);
+    if constexpr (std::is_same_v<Mask, NoMask>) {  // masked calls never instantiate the tall kernels
+      if (cpu::tall_query_blocks()) return dispatch_head_dim<cpu::TallTiles<T>>(p, mask, acct);
+    }
     return dispatch_head_dim<cpu::DefaultTiles<T>>(p, mask, acct);
   } else {
     return dispatch_head_dim<TileChoice>(p, mask, acct);
