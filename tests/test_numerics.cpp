@@ -525,18 +525,32 @@ TEST(NanPropagation, ValueNanPoisonsItsColumnInRowsThatKeepIt) {
   }
 }
 
+// One head of few queries against many keys (so that the backend splits the keys), normal values drawn
+// from seeds `seed`, `seed + 1`, `seed + 2` for q, k, v.
+struct SplitKvProblem {
+  HostTensor<float> q, k, v, o;
+  HostLse lse;
+  SplitKvProblem(index_t sq, index_t sk, index_t d, std::uint32_t seed)
+      : q(Layout::Bshd, 1, sq, 1, d), k(Layout::Bshd, 1, sk, 1, d), v(Layout::Bshd, 1, sk, 1, d),
+        o(Layout::Bshd, 1, sq, 1, d, 0.0f), lse(1, 1, sq) {
+    fill_normal(q.view(), seed);
+    fill_normal(k.view(), seed + 1);
+    fill_normal(v.view(), seed + 2);
+  }
+  void run(const AttentionOptions& opts) {
+    attention_forward(q.cview(), k.cview(), v.cview(), o.view(), opts, lse.view());
+  }
+};
+
 // NaN through split-KV: the merge of key ranges lets NaN win over finite maxima.
 TEST(NanPropagation, ThroughSplitKeyRanges) {
   const index_t sq = 8, sk = 4096, d = 32;
   for (int where : {0, 1}) {
-    HostTensor<float> q(Layout::Bshd, 1, sq, 1, d), k(Layout::Bshd, 1, sk, 1, d), v(Layout::Bshd, 1, sk, 1, d);
-    HostTensor<float> o(Layout::Bshd, 1, sq, 1, d, 0.0f);
-    HostLse lse(1, 1, sq);
-    fill_normal(q.view(), 121);
-    fill_normal(k.view(), 122);
-    fill_normal(v.view(), 123);
-    (where == 0 ? k : v).view()(0, 3000, 0, 2) = kNan;
-    attention_forward(q.cview(), k.cview(), v.cview(), o.view(), AttentionOptions{}, lse.view());
+    SplitKvProblem p(sq, sk, d, 121);
+    auto& o = p.o;
+    auto& lse = p.lse;
+    (where == 0 ? p.k : p.v).view()(0, 3000, 0, 2) = kNan;
+    p.run(AttentionOptions{});
     for (index_t i = 0; i < sq; ++i) {
       for (index_t c = 0; c < d; ++c) {
         const bool expect_nan = where == 0 || c == 2;  // K: whole rows; V: its column
@@ -553,17 +567,14 @@ TEST(NanPropagation, ThroughSplitKeyRanges) {
 // range for one that kept no key, and the row came out 0 with LSE −inf instead of NaN.
 TEST(NanPropagation, ThroughSplitKeyRangesWhenTheRunningMaxDropsIt) {
   const index_t sq = 16, sk = 4096, d = 32;  // one query block, many keys: split-KV
-  HostTensor<float> q(Layout::Bshd, 1, sq, 1, d), k(Layout::Bshd, 1, sk, 1, d), v(Layout::Bshd, 1, sk, 1, d);
-  HostTensor<float> o(Layout::Bshd, 1, sq, 1, d, 0.0f);
-  HostLse lse(1, 1, sq);
-  fill_normal(q.view(), 171);
-  fill_normal(k.view(), 172);
-  fill_normal(v.view(), 173);
-  q.view()(0, 0, 0, 3) = kNan;
+  SplitKvProblem p(sq, sk, d, 171);
+  auto& o = p.o;
+  auto& lse = p.lse;
+  p.q.view()(0, 0, 0, 3) = kNan;
   AttentionOptions opts;
   opts.causal = true;
   opts.window_left = 30;  // row 0 keeps keys 4050 .. 4080 only, all in the last key range
-  attention_forward(q.cview(), k.cview(), v.cview(), o.view(), opts, lse.view());
+  p.run(opts);
   for (index_t c = 0; c < d; ++c) EXPECT_TRUE(std::isnan(o.view()(0, 0, 0, c))) << "col " << c;
   EXPECT_TRUE(std::isnan(lse.view()(0, 0, 0)));
   for (index_t i = 1; i < sq; ++i) EXPECT_TRUE(std::isfinite(lse.view()(0, 0, i))) << "row " << i;
