@@ -1,22 +1,24 @@
 #!/usr/bin/env python3
 """Side by side with PyTorch: torch.nn.functional.scaled_dot_product_attention on the CPU against
-flashattn's bench_forward, same shapes, dtypes and thread counts, interleaved shape by shape.
+flashattn, in one process, on the same tensors, alternated call by call.
 
-    python3 bench/compare_torch.py --bench build/bench/bench_forward --threads 1,16 [--out results.csv]
+    python3 bench/compare_torch.py --shim build/bench/libflashattn_torch_shim.so --threads 1,16 [--out results.csv]
 
-Both sides count 4·B·H·N²·d flops (×0.5 causal). One thread: rates per second of process CPU time
-(both sides); several threads: wall time. Each torch figure is the median of --reps calls after a warm-up;
-with --rounds R the two sides alternate R times per shape and the row is the round of median ratio.
+flashattn is called through bench/torch_shim.cpp (a C entry point loaded with ctypes), so both kernels see
+the same memory, core and clock state: a drift of the machine moves both sides, not the ratio. Per shape:
+WARMUP_S seconds of alternated untimed calls, then --reps alternated timed pairs; each side's figure is the
+median of its calls. Both sides count 4·B·H·N²·d flops (×0.5 causal). One thread: per second of process
+CPU time; several threads: wall time. --layouts: bhsd (torch's contiguous (B, H, N, d)) and/or bshd (a
+contiguous (B, N, H, d) buffer, given to torch as its transpose(1, 2) view). The outputs of the two are
+compared on every shape (max |difference| printed), so the figures are for the same result.
 """
 import argparse
 import csv
-import json
-import os
-import subprocess
+import ctypes
 import sys
 import time
 
-WARMUP_S = 0.3  # seconds of untimed calls before each side's timed calls
+WARMUP_S = 0.3  # seconds of alternated untimed calls before the timed ones
 
 
 def heads_for(n):
@@ -24,29 +26,57 @@ def heads_for(n):
     return 8 if n <= 4096 else max(1, 8 * 4096 * 4096 // (n * n))
 
 
-def torch_rate(torch, n, d, causal, threads, dtype, reps):
+def make_qkvo(torch, n, d, h, dtype, layout):
+    g = torch.Generator().manual_seed(0)
+    if layout == "bhsd":
+        shape, to_bhsd = (1, h, n, d), (lambda x: x)
+    else:  # bshd storage, seen by torch as (B, H, N, d) through transpose(1, 2)
+        shape, to_bhsd = (1, n, h, d), (lambda x: x.transpose(1, 2))
+    q, k, v = (to_bhsd(torch.randn(*shape, generator=g).to(dtype)) for _ in range(3))
+    o = to_bhsd(torch.empty(*shape, dtype=dtype))
+    return q, k, v, o
+
+
+def ours_call(shim, torch, q, k, v, o, causal, threads):
+    dtype_code = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}[q.dtype]
+    shape = (ctypes.c_int64 * 4)(*q.shape)
+    strides = (ctypes.c_int64 * 16)(*(s for x in (q, k, v, o) for s in x.stride()))
+    ptrs = [ctypes.c_void_p(x.data_ptr()) for x in (q, k, v, o)]
+
+    def call():
+        if shim.flashattn_shim_forward(*ptrs, dtype_code, shape, strides, int(causal), threads) != 0:
+            sys.exit("flashattn_shim_forward failed")
+    return call
+
+
+def alternated_rates(torch, shim, n, d, causal, threads, dtype, layout, reps):
     torch.set_num_threads(threads)
     h = heads_for(n)
-    g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, h, n, d, generator=g).to(dtype) for _ in range(3))
+    q, k, v, o = make_qkvo(torch, n, d, h, dtype, layout)
     f = torch.nn.functional.scaled_dot_product_attention
+    ours = ours_call(shim, torch, q, k, v, o, causal, threads)
     clock = time.process_time if threads == 1 else time.perf_counter
+    t_ours, t_torch = [], []
     with torch.no_grad():
         t_end = time.perf_counter() + WARMUP_S
         while time.perf_counter() < t_end:
-            f(q, k, v, is_causal=causal)
-        times = []
+            ours()
+            ref = f(q, k, v, is_causal=causal)
         for _ in range(reps):
             t0 = clock()
-            f(q, k, v, is_causal=causal)
-            times.append(clock() - t0)
-    times.sort()
+            ours()
+            t_ours.append(clock() - t0)
+            t0 = clock()
+            ref = f(q, k, v, is_causal=causal)
+            t_torch.append(clock() - t0)
+    max_diff = (o.float() - ref.float()).abs().max().item()
     flops = 4.0 * h * n * n * d * (0.5 if causal else 1.0)
-    return flops / times[len(times) // 2] * 1e-9
+    median = lambda ts: sorted(ts)[len(ts) // 2]
+    return flops / median(t_ours) * 1e-9, flops / median(t_torch) * 1e-9, max_diff
 
 
 def torch_sgemm_rate(torch, threads, n=2048, reps=5):
-    """The machine's sgemm rate through torch.mm (MKL / oneDNN), for the ratio PyTorch's kernel reaches."""
+    """The machine's sgemm rate through torch.mm (MKL / oneDNN): the reference both kernels are held to."""
     torch.set_num_threads(threads)
     a, b = torch.randn(n, n), torch.randn(n, n)
     clock = time.process_time if threads == 1 else time.perf_counter
@@ -60,60 +90,44 @@ def torch_sgemm_rate(torch, threads, n=2048, reps=5):
     return 2.0 * n ** 3 / times[len(times) // 2] * 1e-9
 
 
-def ours(bench, dtype, n, d, causal, threads):
-    name = f"tiled/{dtype}/N:{n}/d:{d}/causal:{int(causal)}/threads:{threads}/"
-    env = dict(os.environ, FLASHATTN_BENCH_THREADS=str(threads))
-    # The same warm-up as the torch side (WARMUP_S of calls): the core this process lands on may have been
-    # idle, and its clock ramps up over tens of milliseconds, a large part of an N=1024 call.
-    out = subprocess.run([bench, f"--benchmark_filter=^{name}", "--benchmark_format=json",
-                          f"--benchmark_min_warmup_time={WARMUP_S}"],
-                         env=env, check=True, capture_output=True, text=True).stdout
-    runs = json.loads(out)["benchmarks"]
-    if not runs:
-        sys.exit(f"no benchmark matched {name}")
-    return runs[0]["GFLOP/s"], runs[0]["x_sgemm"], runs[0]["x_fma_peak"]
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bench", required=True)
+    ap.add_argument("--shim", required=True, help="path of libflashattn_torch_shim.so")
     ap.add_argument("--threads", default="1")
     ap.add_argument("--n", default="1024,4096")
     ap.add_argument("--d", default="64,128")
-    ap.add_argument("--dtypes", default="fp32,bf16")
+    ap.add_argument("--dtypes", default="fp32")
     ap.add_argument("--causal", default="0,1")
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=1,
-                    help="alternate ours and torch this many times per shape; report medians")
+    ap.add_argument("--layouts", default="bhsd,bshd")
+    ap.add_argument("--reps", type=int, default=7, help="alternated timed pairs per shape")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     import torch
+    shim = ctypes.CDLL(a.shim)
+    shim.flashattn_shim_forward.restype = ctypes.c_int
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads available, "
-          f"flash kernel: {torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, 'cpu') else '?'}",
-          flush=True)
+          f"cpu capability: {torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, 'cpu') else '?'}; "
+          f"in-process, {a.reps} alternated pairs per shape, medians", flush=True)
     rows = []
-    header = ["dtype", "N", "d", "causal", "threads", "flashattn_GFLOPs", "torch_GFLOPs", "ratio",
-              "flashattn_x_sgemm", "torch_x_torch_sgemm"]
-    print("  ".join(f"{h:>18}" for h in header), flush=True)
+    header = ["layout", "dtype", "N", "d", "causal", "threads", "flashattn_GFLOPs", "torch_GFLOPs", "ratio",
+              "flashattn_x_sgemm", "torch_x_sgemm", "max_abs_diff"]
+    print("  ".join(f"{h:>10}" for h in header), flush=True)
     for threads in [int(t) for t in a.threads.split(",")]:
         sgemm = torch_sgemm_rate(torch, threads)
         print(f"torch.mm sgemm 2048^3, {threads} threads: {sgemm:.1f} GFLOP/s", flush=True)
-        for dt in a.dtypes.split(","):
-            for n in [int(x) for x in a.n.split(",")]:
-                for d in [int(x) for x in a.d.split(",")]:
-                    for causal in [bool(int(x)) for x in a.causal.split(",")]:
-                        runs = []
-                        for _ in range(a.rounds):
-                            mine, x_sgemm, _ = ours(a.bench, dt, n, d, causal, threads)
-                            theirs = torch_rate(torch, n, d, causal, threads, dtypes[dt], a.reps)
-                            runs.append((mine / theirs, mine, theirs, x_sgemm))
-                        runs.sort()
-                        ratio, mine, theirs, x_sgemm = runs[len(runs) // 2]  # the round of median ratio
-                        row = [dt, n, d, int(causal), threads, round(mine, 1), round(theirs, 1),
-                               round(ratio, 2), round(x_sgemm, 2), round(theirs / sgemm, 2)]
-                        rows.append(row)
-                        print("  ".join(f"{str(x):>18}" for x in row), flush=True)
+        for layout in a.layouts.split(","):
+            for dt in a.dtypes.split(","):
+                for n in [int(x) for x in a.n.split(",")]:
+                    for d in [int(x) for x in a.d.split(",")]:
+                        for causal in [bool(int(x)) for x in a.causal.split(",")]:
+                            mine, theirs, diff = alternated_rates(torch, shim, n, d, causal, threads, dtypes[dt],
+                                                                  layout, a.reps)
+                            row = [layout, dt, n, d, int(causal), threads, round(mine, 1), round(theirs, 1),
+                                   round(mine / theirs, 2), round(mine / sgemm, 2), round(theirs / sgemm, 2),
+                                   f"{diff:.1e}"]
+                            rows.append(row)
+                            print("  ".join(f"{str(x):>10}" for x in row), flush=True)
     if a.out:
         with open(a.out, "w", newline="") as f:
             w = csv.writer(f)

@@ -1,0 +1,48 @@
+// A C entry point into flashattn for bench/compare_torch.py: loaded with ctypes into the same Python
+// process as PyTorch, so that the two kernels can be timed call by call, alternated, on the same tensors
+// (same memory, same core, same clock state). Not part of the library's API.
+//
+// Tensors are given as PyTorch holds them: shape (B, H, S, D) with element strides, any layout
+// (torch's contiguous BHSD, or a BSHD buffer viewed through transpose(1, 2)).
+#include <Eigen/Core>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+
+#include "flashattn/flashattn.hpp"
+
+namespace {
+
+// A (B, H, S, D) torch tensor with strides `st` as flashattn's (batch, seq, heads, dim) view.
+template <class T>
+flashattn::TensorView<T> view(void* data, const std::int64_t* shape, const std::int64_t* st) {
+  return {static_cast<T*>(data), shape[0], shape[2], shape[1], shape[3], st[0], st[2], st[1], st[3]};
+}
+
+template <class T>
+void forward(void* q, void* k, void* v, void* o, const std::int64_t* shape, const std::int64_t* strides,
+             bool causal, int threads) {
+  flashattn::AttentionOptions opts;
+  opts.causal = causal;
+  opts.num_threads = threads;
+  // strides: 4 per tensor, in the order q, k, v, o.
+  flashattn::attention_forward(view<const T>(q, shape, strides), view<const T>(k, shape, strides + 4),
+                               view<const T>(v, shape, strides + 8), view<T>(o, shape, strides + 12), opts);
+}
+
+}  // namespace
+
+// dtype: 0 fp32, 1 bf16, 2 fp16. Returns 0, or -1 after printing the exception's message.
+extern "C" int flashattn_shim_forward(void* q, void* k, void* v, void* o, int dtype, const std::int64_t* shape,
+                                      const std::int64_t* strides, int causal, int threads) {
+  try {
+    if (dtype == 0) forward<float>(q, k, v, o, shape, strides, causal != 0, threads);
+    else if (dtype == 1) forward<Eigen::bfloat16>(q, k, v, o, shape, strides, causal != 0, threads);
+    else if (dtype == 2) forward<Eigen::half>(q, k, v, o, shape, strides, causal != 0, threads);
+    else return -1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "flashattn_shim_forward: %s\n", e.what());
+    return -1;
+  }
+  return 0;
+}
