@@ -15,6 +15,7 @@ compared on every shape (max |difference| printed), so the figures are for the s
 import argparse
 import csv
 import ctypes
+import faulthandler
 import sys
 import time
 
@@ -102,6 +103,7 @@ def main():
     ap.add_argument("--reps", type=int, default=7, help="alternated timed pairs per shape")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
+    faulthandler.enable()
     import torch
     shim = ctypes.CDLL(a.shim)
     shim.flashattn_shim_forward.restype = ctypes.c_int

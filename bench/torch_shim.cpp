@@ -33,7 +33,7 @@ void forward(void* q, void* k, void* v, void* o, const std::int64_t* shape, cons
 }  // namespace
 
 // dtype: 0 fp32, 1 bf16, 2 fp16. Returns 0, or -1 after printing the exception's message.
-extern "C" int flashattn_shim_forward(void* q, void* k, void* v, void* o, int dtype, const std::int64_t* shape,
+extern "C" __attribute__((visibility("default"))) int flashattn_shim_forward(void* q, void* k, void* v, void* o, int dtype, const std::int64_t* shape,
                                       const std::int64_t* strides, int causal, int threads) {
   try {
     if (dtype == 0) forward<float>(q, k, v, o, shape, strides, causal != 0, threads);

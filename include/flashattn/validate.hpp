@@ -45,30 +45,31 @@ struct ByteSpan {
 };
 
 // Extents and strides of a view, checked: no negative size, no negative stride, no 64-bit overflow of
-// the largest offset, and no null data behind a non-empty view. Returns the span.
-template <std::size_t Rank>
-ByteSpan checked_span(const std::string& name, const void* data, std::size_t elem_size,
+// the largest offset, and no null data behind a non-empty view. Returns the span. `name()` gives the
+// view's description for a message; it is called only on failure, so a valid call formats no strings.
+template <std::size_t Rank, class Name>
+ByteSpan checked_span(const Name& name, const void* data, std::size_t elem_size,
                       const std::array<index_t, Rank>& extent, const std::array<index_t, Rank>& stride,
                       const std::array<const char*, Rank>& dim_names) {
   bool empty = false;
   for (std::size_t r = 0; r < Rank; ++r) {
-    if (extent[r] < 0) fail(name + ": " + dim_names[r] + " must be >= 0, got " + std::to_string(extent[r]));
+    if (extent[r] < 0) fail(name() + ": " + dim_names[r] + " must be >= 0, got " + std::to_string(extent[r]));
     if (stride[r] < 0)
-      fail(name + ": negative strides are not supported, got stride " + std::to_string(stride[r]) + " for " +
+      fail(name() + ": negative strides are not supported, got stride " + std::to_string(stride[r]) + " for " +
            dim_names[r]);
     empty = empty || extent[r] == 0;
   }
   if (empty) return {};
-  if (data == nullptr) fail(name + ": data is null but the view is not empty");
+  if (data == nullptr) fail(name() + ": data is null but the view is not empty");
   index_t last = 0;  // offset of the last element, in elements
   for (std::size_t r = 0; r < Rank; ++r) {
     index_t term = 0;
     if (__builtin_mul_overflow(extent[r] - 1, stride[r], &term) || __builtin_add_overflow(last, term, &last))
-      fail(name + ": the extent of " + dim_names[r] + " times its stride overflows 64-bit offsets");
+      fail(name() + ": the extent of " + dim_names[r] + " times its stride overflows 64-bit offsets");
   }
   index_t last_byte = 0;
   if (__builtin_mul_overflow(last + 1, index_t(elem_size), &last_byte))
-    fail(name + ": the view spans more bytes than a 64-bit offset holds");
+    fail(name() + ": the view spans more bytes than a 64-bit offset holds");
   const auto begin = reinterpret_cast<std::uintptr_t>(data);
   return {begin, begin + std::uintptr_t(last_byte)};
 }
@@ -96,8 +97,8 @@ void check_no_self_overlap(const std::string& name, std::array<index_t, Rank> ex
 
 template <class T>
 ByteSpan check_view(const char* name, const TensorView<T>& x) {
-  return checked_span<4>(describe(name, x), x.data, sizeof(T), {x.batch, x.seq, x.heads, x.dim},
-                         {x.stride_batch, x.stride_seq, x.stride_head, x.stride_dim},
+  return checked_span<4>([&] { return describe(name, x); }, x.data, sizeof(T),
+                         {x.batch, x.seq, x.heads, x.dim}, {x.stride_batch, x.stride_seq, x.stride_head, x.stride_dim},
                          {"batch", "seq", "heads", "dim"});
 }
 
@@ -154,7 +155,7 @@ ForwardParams<T> make_forward_params(const TensorView<const T>& q, const TensorV
 
   if (!lse.empty() || lse.batch != 0 || lse.heads != 0 || lse.seq != 0) {
     const detail::ByteSpan lse_span = detail::checked_span<3>(
-        describe(lse), lse.data, sizeof(float), {lse.batch, lse.heads, lse.seq},
+        [&] { return describe(lse); }, lse.data, sizeof(float), {lse.batch, lse.heads, lse.seq},
         {lse.stride_batch, lse.stride_head, lse.stride_seq}, {"batch", "heads", "seq"});
     if (lse.batch != q.batch || lse.heads != q.heads || lse.seq != q.seq)
       fail("lse must have shape (batch, heads_q, seq_q) = (" + std::to_string(q.batch) + ", " +

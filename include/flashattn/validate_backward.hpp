@@ -117,8 +117,9 @@ BackwardParams<T> make_backward_params(const TensorView<const T>& q, const Tenso
          std::to_string(q.batch) + ", " + std::to_string(q.heads) + ", " + std::to_string(q.seq) + "), got " +
          describe(lse));
   const detail::ByteSpan lse_span =
-      detail::checked_span<3>(describe(lse), lse.data, sizeof(float), {lse.batch, lse.heads, lse.seq},
-                              {lse.stride_batch, lse.stride_head, lse.stride_seq}, {"batch", "heads", "seq"});
+      detail::checked_span<3>([&] { return describe(lse); }, lse.data, sizeof(float),
+                              {lse.batch, lse.heads, lse.seq}, {lse.stride_batch, lse.stride_head, lse.stride_seq},
+                              {"batch", "heads", "seq"});
 
   // Outputs: none may alias itself, another output, or an input (they are written while inputs are read).
   // Slices of one fused buffer that interleave without sharing an element are accepted.
