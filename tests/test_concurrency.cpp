@@ -7,15 +7,22 @@
 
 #include <Eigen/Core>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
+#if defined(__unix__)
+#include <sys/wait.h>
+#include <unistd.h>
+#endif
+
 #include "flashattn/attention.hpp"
 #include "flashattn/backward.hpp"
 #include "flashattn/cpu/aligned_buffer.hpp"
+#include "flashattn/cpu/parallel.hpp"
 #include "reference.hpp"
 
 namespace flashattn::testing {
@@ -225,6 +232,84 @@ TEST(Concurrency, ScratchIsReleasedAfterConcurrentCalls) {
   });
   EXPECT_EQ(cpu::scratch_stats().current_bytes, before);
 }
+
+// The worker pool (thread_pool.hpp, when OpenMP is off) is reused across calls: every item of every call
+// runs exactly once, whatever the thread count, including more threads than cores or items.
+TEST(WorkerPool, EveryItemOnceAcrossManyCalls) {
+  for (int call = 0; call < 200; ++call) {
+    const index_t items = 1 + call % 37;
+    const int threads = 1 + call % 9;
+    std::vector<std::atomic<int>> hits(static_cast<std::size_t>(items));
+    for (auto& h : hits) h.store(0);
+    cpu::run_workers(items, threads, [&](cpu::WorkQueue& queue) {
+      for (index_t i; queue.next(i);) {
+        hits[std::size_t(i)].fetch_add(1);
+        // Items of a few microseconds, so that helpers wake before the caller has taken every item.
+        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(5);
+        while (std::chrono::steady_clock::now() < until) {
+        }
+      }
+    });
+    for (index_t i = 0; i < items; ++i)
+      ASSERT_EQ(hits[std::size_t(i)].load(), 1) << "call " << call << " item " << i;
+  }
+}
+
+// Several user threads dispatch to the one pool at the same time: each call still sees all its items done
+// when it returns, even when the pool's threads are busy with the other calls' jobs.
+TEST(WorkerPool, ConcurrentCallersShareThePool) {
+  std::vector<int> ok(kUserThreads, 0);
+  run_together(kUserThreads, [&](int t) {
+    bool all = true;
+    for (int call = 0; call < 50; ++call) {
+      const index_t items = 64 + t;
+      std::vector<std::atomic<int>> hits(static_cast<std::size_t>(items));
+      for (auto& h : hits) h.store(0);
+      cpu::run_workers(items, 4, [&](cpu::WorkQueue& queue) {
+        for (index_t i; queue.next(i);) hits[std::size_t(i)].fetch_add(1);
+      });
+      for (auto& h : hits) all = all && h.load() == 1;
+    }
+    ok[std::size_t(t)] = all ? 1 : 0;
+  });
+  for (int t = 0; t < kUserThreads; ++t) EXPECT_EQ(ok[std::size_t(t)], 1) << "user thread " << t;
+}
+
+// A worker's exception reaches the caller, and the pool keeps working afterwards.
+TEST(WorkerPool, ExceptionReachesCallerAndPoolSurvives) {
+  EXPECT_THROW(cpu::run_workers(16, 4,
+                                [&](cpu::WorkQueue& queue) {
+                                  for (index_t i; queue.next(i);)
+                                    if (i == 7) throw std::runtime_error("item 7");
+                                }),
+               std::runtime_error);
+  std::atomic<index_t> sum{0};
+  cpu::run_workers(100, 4, [&](cpu::WorkQueue& queue) {
+    for (index_t i; queue.next(i);) sum.fetch_add(i);
+  });
+  EXPECT_EQ(sum.load(), 99 * 100 / 2);
+}
+
+#if defined(__unix__) && !defined(_OPENMP)
+// A forked child inherits the pool object but none of its threads: its multi-threaded calls must still
+// finish (the caller does the work itself and never waits for helpers that did not start) and be right.
+TEST(WorkerPool, ForkedChildCanStillCallWithThreads) {
+  const SharedProblem<float> p(1, 300, 300, 2, 2, 32, 11);
+  const auto call = [&](auto q, auto k, auto v, auto o, auto lse) {
+    attention_forward(q, k, v, o, with_threads({}, 4), lse);
+  };
+  const auto one = p.run(call);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    _exit(p.run(call) == one ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the forked child's result differs from the parent's";
+}
+#endif
 
 }  // namespace
 }  // namespace flashattn::testing

@@ -2,20 +2,21 @@
 // Runs independent work items on worker threads with dynamic scheduling: each worker takes the next item
 // from a shared counter, so uneven items (causal blocks near the diagonal, GQA groups) balance by
 // themselves. With OpenMP enabled (-fopenmp) the workers are an OpenMP team, so thread pinning and
-// OMP_NUM_THREADS apply; without it they are std::threads started per call. No state outlives a call,
-// so concurrent calls from many user threads do not interact.
+// OMP_NUM_THREADS apply; without it they are the threads of a process-wide pool (thread_pool.hpp), started
+// once and reused. No state of a call outlives it, and a call never waits for another call's work, so
+// concurrent calls from many user threads do not interact.
 
 #include <algorithm>
 #include <atomic>
 #include <exception>
 #include <mutex>
 #include <thread>
-#include <vector>
 
 #if defined(_OPENMP)
 #include <omp.h>
 #endif
 
+#include "flashattn/cpu/thread_pool.hpp"
 #include "flashattn/views.hpp"
 
 namespace flashattn::cpu {
@@ -68,11 +69,7 @@ void run_workers(index_t items, int threads, Worker&& worker) {
 #pragma omp parallel num_threads(threads)
   guarded();
 #else
-  std::vector<std::thread> pool;
-  pool.reserve(std::size_t(threads - 1));
-  for (int t = 1; t < threads; ++t) pool.emplace_back(guarded);
-  guarded();
-  for (std::thread& th : pool) th.join();
+  ThreadPool::instance().run(threads - 1, guarded);
 #endif
   if (error) std::rethrow_exception(error);
 }
