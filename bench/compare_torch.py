@@ -5,9 +5,11 @@ flashattn, in one process, on the same tensors, alternated call by call.
     python3 bench/compare_torch.py --shim build/bench/libflashattn_torch_shim.so --threads 1,16 [--out results.csv]
 
 flashattn is called through bench/torch_shim.cpp (a C entry point loaded with ctypes), so both kernels see
-the same memory, core and clock state: a drift of the machine moves both sides, not the ratio. Per shape:
-WARMUP_S seconds of alternated untimed calls, then --reps alternated timed pairs; each side's figure is the
-median of its calls. Both sides count 4·B·H·N²·d flops (×0.5 causal). One thread: per second of process
+the same memory, cores and clock state: a drift of the machine moves both sides, not the ratio. Per shape
+the sides alternate in --rounds blocks, each WARMUP_S seconds of untimed calls and then --reps timed calls;
+each side's figure is the median of its timed calls. Blocks, not single calls, because with several threads
+PyTorch's OpenMP workers keep spinning for a while after each call, and would take cores from a call of
+ours that followed at once; the warm-up of each block lets them go to sleep. Both sides count 4·B·H·N²·d flops (×0.5 causal). One thread: per second of process
 CPU time; several threads: wall time. --layouts: bhsd (torch's contiguous (B, H, N, d)) and/or bshd (a
 contiguous (B, N, H, d) buffer, given to torch as its transpose(1, 2) view). The outputs of the two are
 compared on every shape (max |difference| printed), so the figures are for the same result.
@@ -50,27 +52,34 @@ def ours_call(shim, torch, q, k, v, o, causal, threads):
     return call
 
 
-def alternated_rates(torch, shim, n, d, causal, threads, dtype, layout, reps):
+def timed_block(call, clock, reps):
+    """WARMUP_S of untimed calls, then `reps` timed ones: their times."""
+    t_end = time.perf_counter() + WARMUP_S
+    while time.perf_counter() < t_end:
+        call()
+    times = []
+    for _ in range(reps):
+        t0 = clock()
+        call()
+        times.append(clock() - t0)
+    return times
+
+
+def alternated_rates(torch, shim, n, d, causal, threads, dtype, layout, reps, rounds):
     torch.set_num_threads(threads)
     h = heads_for(n)
     q, k, v, o = make_qkvo(torch, n, d, h, dtype, layout)
     f = torch.nn.functional.scaled_dot_product_attention
     ours = ours_call(shim, torch, q, k, v, o, causal, threads)
+    result = {}
+    theirs = lambda: result.__setitem__("ref", f(q, k, v, is_causal=causal))
     clock = time.process_time if threads == 1 else time.perf_counter
     t_ours, t_torch = [], []
     with torch.no_grad():
-        t_end = time.perf_counter() + WARMUP_S
-        while time.perf_counter() < t_end:
-            ours()
-            ref = f(q, k, v, is_causal=causal)
-        for _ in range(reps):
-            t0 = clock()
-            ours()
-            t_ours.append(clock() - t0)
-            t0 = clock()
-            ref = f(q, k, v, is_causal=causal)
-            t_torch.append(clock() - t0)
-    max_diff = (o.float() - ref.float()).abs().max().item()
+        for _ in range(rounds):
+            t_ours += timed_block(ours, clock, reps)
+            t_torch += timed_block(theirs, clock, reps)
+    max_diff = (o.float() - result["ref"].float()).abs().max().item()
     flops = 4.0 * h * n * n * d * (0.5 if causal else 1.0)
     median = lambda ts: sorted(ts)[len(ts) // 2]
     return flops / median(t_ours) * 1e-9, flops / median(t_torch) * 1e-9, max_diff
@@ -100,7 +109,8 @@ def main():
     ap.add_argument("--dtypes", default="fp32")
     ap.add_argument("--causal", default="0,1")
     ap.add_argument("--layouts", default="bhsd,bshd")
-    ap.add_argument("--reps", type=int, default=7, help="alternated timed pairs per shape")
+    ap.add_argument("--reps", type=int, default=3, help="timed calls per block")
+    ap.add_argument("--rounds", type=int, default=3, help="blocks per side, alternated")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     faulthandler.enable()
@@ -110,7 +120,8 @@ def main():
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads available, "
           f"cpu capability: {torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, 'cpu') else '?'}; "
-          f"in-process, {a.reps} alternated pairs per shape, medians", flush=True)
+          f"in-process; per shape {a.rounds} alternated blocks per side of {WARMUP_S} s warm-up + {a.reps} "
+          f"timed calls; medians", flush=True)
     rows = []
     header = ["layout", "dtype", "N", "d", "causal", "threads", "flashattn_GFLOPs", "torch_GFLOPs", "ratio",
               "flashattn_x_sgemm", "torch_x_sgemm", "max_abs_diff"]
@@ -124,7 +135,7 @@ def main():
                     for d in [int(x) for x in a.d.split(",")]:
                         for causal in [bool(int(x)) for x in a.causal.split(",")]:
                             mine, theirs, diff = alternated_rates(torch, shim, n, d, causal, threads, dtypes[dt],
-                                                                  layout, a.reps)
+                                                                  layout, a.reps, a.rounds)
                             row = [layout, dt, n, d, int(causal), threads, round(mine, 1), round(theirs, 1),
                                    round(mine / theirs, 2), round(mine / sgemm, 2), round(theirs / sgemm, 2),
                                    f"{diff:.1e}"]

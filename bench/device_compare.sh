@@ -3,8 +3,9 @@
 # 16-core Xeon here), in one command: builds the ctypes shim (bench/torch_shim.cpp), then runs
 # bench/compare_torch.py, which times both kernels in one process, alternated call by call.
 #   bash bench/device_compare.sh [OUTDIR] [THREADS]       e.g. bash bench/device_compare.sh out 1,16
-# Environment: DTYPES (default fp32; e.g. fp32,bf16), LAYOUTS (default bhsd,bshd), REPS (alternated pairs
-# per shape, default 7), PIN (a taskset core list, e.g. PIN=3 with THREADS=1).
+# Environment: DTYPES (default fp32; e.g. fp32,bf16), LAYOUTS (default bhsd,bshd), ROUNDS and REPS (per shape,
+# ROUNDS alternated blocks per side of REPS timed calls; default 3 and 3), PIN (a taskset core list, e.g.
+# PIN=3 with THREADS=1).
 set -euo pipefail
 out=${1:-out}
 threads=${2:-1,16}
@@ -20,5 +21,5 @@ cmake --build "$build" --target flashattn_torch_shim -j "$(nproc)" > "$out/build
 } | tee "$out/torch_compare.txt"
 ${PIN:+taskset -c "$PIN"} env OMP_NUM_THREADS="${threads##*,}" \
   python3 bench/compare_torch.py --shim "$build/bench/libflashattn_torch_shim.so" --threads "$threads" \
-  --dtypes "${DTYPES:-fp32}" --layouts "${LAYOUTS:-bhsd,bshd}" --reps "${REPS:-7}" \
+  --dtypes "${DTYPES:-fp32}" --layouts "${LAYOUTS:-bhsd,bshd}" --rounds "${ROUNDS:-3}" --reps "${REPS:-3}" \
   --out "$out/torch_compare.csv" 2>&1 | tee -a "$out/torch_compare.txt"
