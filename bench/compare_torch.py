@@ -65,24 +65,26 @@ def timed_block(call, clock, reps):
     return times
 
 
-def alternated_rates(torch, shim, n, d, causal, threads, dtype, layout, reps, rounds):
+def alternated_rates(torch, shims, n, d, causal, threads, dtype, layout, reps, rounds):
+    """GFLOP/s of each shim and of torch, and each shim's max |difference| from torch's output."""
     torch.set_num_threads(threads)
     h = heads_for(n)
     q, k, v, o = make_qkvo(torch, n, d, h, dtype, layout)
     f = torch.nn.functional.scaled_dot_product_attention
-    ours = ours_call(shim, torch, q, k, v, o, causal, threads)
-    result = {}
-    theirs = lambda: result.__setitem__("ref", f(q, k, v, is_causal=causal))
+    ours = [ours_call(shim, torch, q, k, v, o, causal, threads) for shim in shims]
+    theirs = lambda: f(q, k, v, is_causal=causal)
     clock = time.process_time if threads == 1 else time.perf_counter
-    t_ours, t_torch = [], []
+    t_ours, t_torch, diffs = [[] for _ in shims], [], [0.0] * len(shims)
     with torch.no_grad():
+        ref = f(q, k, v, is_causal=causal).float()
         for _ in range(rounds):
-            t_ours += timed_block(ours, clock, reps)
+            for i, call in enumerate(ours):
+                t_ours[i] += timed_block(call, clock, reps)
+                diffs[i] = max(diffs[i], (o.float() - ref).abs().max().item())
             t_torch += timed_block(theirs, clock, reps)
-    max_diff = (o.float() - result["ref"].float()).abs().max().item()
     flops = 4.0 * h * n * n * d * (0.5 if causal else 1.0)
-    median = lambda ts: sorted(ts)[len(ts) // 2]
-    return flops / median(t_ours) * 1e-9, flops / median(t_torch) * 1e-9, max_diff
+    rate = lambda ts: flops / sorted(ts)[len(ts) // 2] * 1e-9
+    return [rate(t) for t in t_ours], rate(t_torch), diffs
 
 
 def torch_sgemm_rate(torch, threads, n=2048, reps=5):
@@ -102,7 +104,9 @@ def torch_sgemm_rate(torch, threads, n=2048, reps=5):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shim", required=True, help="path of libflashattn_torch_shim.so")
+    ap.add_argument("--shim", required=True,
+                    help="path of libflashattn_torch_shim.so; or LABEL=PATH,LABEL=PATH,... to compare builds of "
+                         "it (variants of the kernels), each alternated with torch, one row per build")
     ap.add_argument("--threads", default="1")
     ap.add_argument("--n", default="1024,4096")
     ap.add_argument("--d", default="64,128")
@@ -115,15 +119,18 @@ def main():
     a = ap.parse_args()
     faulthandler.enable()
     import torch
-    shim = ctypes.CDLL(a.shim)
-    shim.flashattn_shim_forward.restype = ctypes.c_int
+    labelled = [x.split("=", 1) if "=" in x else ["flashattn", x] for x in a.shim.split(",")]
+    labels = [label for label, _ in labelled]
+    shims = [ctypes.CDLL(path) for _, path in labelled]
+    for shim in shims:
+        shim.flashattn_shim_forward.restype = ctypes.c_int
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads available, "
           f"cpu capability: {torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, 'cpu') else '?'}; "
           f"in-process; per shape {a.rounds} alternated blocks per side of {WARMUP_S} s warm-up + {a.reps} "
           f"timed calls; medians", flush=True)
     rows = []
-    header = ["layout", "dtype", "N", "d", "causal", "threads", "flashattn_GFLOPs", "torch_GFLOPs", "ratio",
+    header = ["build", "layout", "dtype", "N", "d", "causal", "threads", "flashattn_GFLOPs", "torch_GFLOPs", "ratio",
               "flashattn_x_sgemm", "torch_x_sgemm", "max_abs_diff"]
     print("  ".join(f"{h:>10}" for h in header), flush=True)
     for threads in [int(t) for t in a.threads.split(",")]:
@@ -134,13 +141,14 @@ def main():
                 for n in [int(x) for x in a.n.split(",")]:
                     for d in [int(x) for x in a.d.split(",")]:
                         for causal in [bool(int(x)) for x in a.causal.split(",")]:
-                            mine, theirs, diff = alternated_rates(torch, shim, n, d, causal, threads, dtypes[dt],
-                                                                  layout, a.reps, a.rounds)
-                            row = [layout, dt, n, d, int(causal), threads, round(mine, 1), round(theirs, 1),
-                                   round(mine / theirs, 2), round(mine / sgemm, 2), round(theirs / sgemm, 2),
-                                   f"{diff:.1e}"]
-                            rows.append(row)
-                            print("  ".join(f"{str(x):>10}" for x in row), flush=True)
+                            mine, theirs, diffs = alternated_rates(torch, shims, n, d, causal, threads,
+                                                                   dtypes[dt], layout, a.reps, a.rounds)
+                            for label, rate, diff in zip(labels, mine, diffs):
+                                row = [label, layout, dt, n, d, int(causal), threads, round(rate, 1),
+                                       round(theirs, 1), round(rate / theirs, 2), round(rate / sgemm, 2),
+                                       round(theirs / sgemm, 2), f"{diff:.1e}"]
+                                rows.append(row)
+                                print("  ".join(f"{str(x):>10}" for x in row), flush=True)
     if a.out:
         with open(a.out, "w", newline="") as f:
             w = csv.writer(f)
