@@ -1,6 +1,7 @@
 // The packet layer (cpu/simd.hpp), for every (accumulator, instruction set) compiled into this build:
 // lane-wise arithmetic against scalar code, max's NaN rule (the same on every path), and exp2's accuracy
-// and special values (−inf gives exactly 0, NaN stays NaN).
+// and special values (−inf gives exactly 0, NaN stays NaN). Also the block transpose (cpu/transpose.hpp)
+// the kernels move Q and O with.
 
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 #include "configs.hpp"
 #include "flashattn/cpu/isa.hpp"
 #include "flashattn/cpu/simd.hpp"
+#include "flashattn/cpu/transpose.hpp"
 
 namespace flashattn::testing {
 namespace {
@@ -212,6 +214,31 @@ TYPED_TEST(SimdTest, Exp2SpecialValues) {
 
 // The instruction sets: which are compiled in, and that the CPU runs every one of them (the build's
 // -march must not promise more than the machine has, or every kernel test would crash).
+// transpose() moves every element to its mirrored place and nothing else, for every shape around the
+// 16 x 16 blocks of the AVX-512 path (full blocks, tails of rows and columns, fewer than 16 of either), with
+// leading dimensions larger than the extents (the kernels' strided rows).
+TYPED_TEST(SimdTest, TransposeMovesEveryElementOnce) {
+  using Acc = typename TestFixture::Acc;
+  for (int rows : {0, 1, 7, 15, 16, 17, 31, 32, 33, 64}) {
+    for (int cols : {1, 5, 16, 19, 32, 48, 70}) {
+      const index_t src_ld = cols + 3, dst_ld = rows + 5;
+      std::vector<Acc> src(std::size_t(rows * src_ld + 1));
+      for (std::size_t e = 0; e < src.size(); ++e) src[e] = Acc(e);
+      const Acc untouched = Acc(-1);
+      std::vector<Acc> dst(std::size_t(cols * dst_ld + 1), untouched);
+      cpu::transpose<TypeParam::isa>(src.data(), src_ld, dst.data(), dst_ld, rows, cols);
+      int wrong = 0;
+      for (index_t c = 0; c < cols; ++c)
+        for (index_t i = 0; i < dst_ld; ++i) {
+          const Acc expected = i < rows ? src[std::size_t(i * src_ld + c)] : untouched;
+          wrong += dst[std::size_t(c * dst_ld + i)] != expected;
+        }
+      EXPECT_EQ(wrong, 0) << "rows " << rows << " cols " << cols;
+      EXPECT_EQ(dst.back(), untouched) << "rows " << rows << " cols " << cols;
+    }
+  }
+}
+
 TEST(Isa, CompiledPathsRunOnThisCpu) {
   EXPECT_TRUE(cpu::is_compiled(Isa::Portable));
   for (Isa isa : {Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16}) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 
 #include "flashattn/accounting.hpp"
 #include "flashattn/cpu/aligned_buffer.hpp"
@@ -13,6 +14,7 @@
 #include "flashattn/cpu/tile_ops.hpp"
 #include "flashattn/cpu/tile_ops_bf16.hpp"
 #include "flashattn/cpu/tiles.hpp"
+#include "flashattn/cpu/transpose.hpp"
 #include "flashattn/masks.hpp"
 #include "flashattn/params.hpp"
 
@@ -85,8 +87,8 @@ class ForwardKernel {
     for (int i = 0; i < rows; ++i) {
       part_m[i] = softmax.running_max(i);
       part_l[i] = softmax.running_sum(i);
-      for (int c = 0; c < d; ++c) part_o[std::size_t(i) * d + c] = s.ot()[c * BlockQ + i];
     }
+    transpose<TileConfig::isa>(s.ot(), BlockQ, part_o, d, d, rows);
   }
 
  private:
@@ -152,12 +154,23 @@ class ForwardKernel {
     }
   }
 
-  static void store_o(const TensorView<T>& o, index_t b, index_t h, index_t q0, int rows, int d, const Acc* ot,
+  // O rows = Oᵀ columns · inv_l. ot is consumed (scaled in place when O is Acc with unit dim stride).
+  static void store_o(const TensorView<T>& o, index_t b, index_t h, index_t q0, int rows, int d, Acc* ot,
                       const Acc* inv_l) {
+    // A row that kept no key is exactly 0, even if a NaN in V reached its accumulator through a 0 weight.
+    if constexpr (std::is_same_v<T, Acc>) {
+      if (o.stride_dim == 1) {
+        for (int c = 0; c < d; ++c) {
+          Acc* col = ot + c * BlockQ;
+          for (int i = 0; i < BlockQ; ++i) col[i] = inv_l[i] == Acc(0) ? Acc(0) : col[i] * inv_l[i];
+        }
+        transpose<TileConfig::isa>(ot, BlockQ, o.row(b, q0, h), o.stride_seq, d, rows);
+        return;
+      }
+    }
     for (int i = 0; i < rows; ++i) {
       T* row = o.row(b, q0 + i, h);
       const Acc scale = inv_l[i];
-      // A row that kept no key is exactly 0, even if a NaN in V reached its accumulator through a 0 weight.
       for (int c = 0; c < d; ++c) row[c * o.stride_dim] = scale == Acc(0) ? T(0) : T(ot[c * BlockQ + i] * scale);
     }
   }

@@ -1,0 +1,88 @@
+#pragma once
+// Moving a block between the caller's row-major rows and the kernels' transposed layout: Q rows into Qᵀ
+// when a program starts, Oᵀ into O rows when it ends. Element by element, each of these costs a few
+// cycles per element (a strided store or load for every one), which at N = 1024 was ~10 % of the forward
+// on Zen 5; on AVX-512 a 16 × 16 block moves through registers instead (16 loads, 64 shuffles, 16 stores).
+
+#include <type_traits>
+
+#include "flashattn/cpu/isa.hpp"
+#include "flashattn/views.hpp"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace flashattn::cpu {
+
+namespace detail {
+
+#if defined(__AVX512F__)
+// The all-lanes masked forms of the shuffles: GCC 12 flags the unmasked ones' undefined pass-through as
+// uninitialised (GCC bug 105593, as in simd.hpp); same instructions.
+inline __m512 unpacklo(__m512 a, __m512 b) { return _mm512_mask_unpacklo_ps(a, 0xFFFF, a, b); }
+inline __m512 unpackhi(__m512 a, __m512 b) { return _mm512_mask_unpackhi_ps(a, 0xFFFF, a, b); }
+template <int imm>  // within each 128-bit lane: two elements of a, then two of b
+__m512 shuffle_ps(__m512 a, __m512 b) {
+  return _mm512_mask_shuffle_ps(a, 0xFFFF, a, b, imm);
+}
+template <int imm>  // 128-bit lanes: two of a, then two of b
+__m512 shuffle_lanes(__m512 a, __m512 b) {
+  return _mm512_mask_shuffle_f32x4(a, 0xFFFF, a, b, imm);
+}
+
+// dst[c * dst_ld + i] = src[i * src_ld + c] for i, c < 16.
+inline void transpose16x16(const float* src, index_t src_ld, float* dst, index_t dst_ld) {
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * src_ld);
+  // Within each 128-bit lane L, for each group of four rows a, b, c, d (rows 4k .. 4k+3):
+  // unpack: [a0 b0 a1 b1], [a2 b2 a3 b3], [c0 d0 c1 d1], [c2 d2 c3 d3]; then shuffle: column m of the
+  // lane, [a_m b_m c_m d_m], lands in t[4k + m].
+  for (int k = 0; k < 4; ++k) {
+    const __m512 ab_lo = unpacklo(r[4 * k], r[4 * k + 1]);
+    const __m512 ab_hi = unpackhi(r[4 * k], r[4 * k + 1]);
+    const __m512 cd_lo = unpacklo(r[4 * k + 2], r[4 * k + 3]);
+    const __m512 cd_hi = unpackhi(r[4 * k + 2], r[4 * k + 3]);
+    t[4 * k + 0] = shuffle_ps<_MM_SHUFFLE(1, 0, 1, 0)>(ab_lo, cd_lo);
+    t[4 * k + 1] = shuffle_ps<_MM_SHUFFLE(3, 2, 3, 2)>(ab_lo, cd_lo);
+    t[4 * k + 2] = shuffle_ps<_MM_SHUFFLE(1, 0, 1, 0)>(ab_hi, cd_hi);
+    t[4 * k + 3] = shuffle_ps<_MM_SHUFFLE(3, 2, 3, 2)>(ab_hi, cd_hi);
+  }
+  // Column 4L + m is lane L of t[m], t[4 + m], t[8 + m], t[12 + m] (row groups 0..3), gathered by two
+  // rounds of 128-bit lane shuffles.
+  for (int m = 0; m < 4; ++m) {
+    const __m512 g01_lo = shuffle_lanes<0x44>(t[m], t[4 + m]);       // lanes 0 1 of group 0, of group 1
+    const __m512 g01_hi = shuffle_lanes<0xEE>(t[m], t[4 + m]);       // lanes 2 3 of group 0, of group 1
+    const __m512 g23_lo = shuffle_lanes<0x44>(t[8 + m], t[12 + m]);  // the same for groups 2 and 3
+    const __m512 g23_hi = shuffle_lanes<0xEE>(t[8 + m], t[12 + m]);
+    _mm512_storeu_ps(dst + (0 + m) * dst_ld, shuffle_lanes<0x88>(g01_lo, g23_lo));
+    _mm512_storeu_ps(dst + (4 + m) * dst_ld, shuffle_lanes<0xDD>(g01_lo, g23_lo));
+    _mm512_storeu_ps(dst + (8 + m) * dst_ld, shuffle_lanes<0x88>(g01_hi, g23_hi));
+    _mm512_storeu_ps(dst + (12 + m) * dst_ld, shuffle_lanes<0xDD>(g01_hi, g23_hi));
+  }
+}
+#endif
+
+}  // namespace detail
+
+// dst[c * dst_ld + i] = src[i * src_ld + c] for i < rows, c < cols.
+template <Isa isa, class E>
+void transpose(const E* src, index_t src_ld, E* dst, index_t dst_ld, int rows, int cols) {
+  int rows_done = 0, cols_done = 0;  // the corner moved in 16 x 16 blocks
+#if defined(__AVX512F__)
+  if constexpr (is_avx512(isa) && std::is_same_v<E, float>) {
+    rows_done = rows / 16 * 16;
+    cols_done = cols / 16 * 16;
+    for (int i0 = 0; i0 < rows_done; i0 += 16)
+      for (int c0 = 0; c0 < cols_done; c0 += 16)
+        detail::transpose16x16(src + i0 * src_ld + c0, src_ld, dst + c0 * dst_ld + i0, dst_ld);
+  }
+#endif
+  // The rest element by element: the columns right of the blocks, then the rows below them.
+  for (int i = 0; i < rows_done; ++i)
+    for (int c = cols_done; c < cols; ++c) dst[c * dst_ld + i] = src[i * src_ld + c];
+  for (int i = rows_done; i < rows; ++i)
+    for (int c = 0; c < cols; ++c) dst[c * dst_ld + i] = src[i * src_ld + c];
+}
+
+}  // namespace flashattn::cpu
