@@ -1,6 +1,6 @@
 // Tile-size sweep: the forward kernel at several (BlockQ, BlockKV) on one shape, one thread, process CPU
 // time, best of --reps calls each. For choosing DefaultTiles on a new CPU, and for docs/performance.md.
-//   tile_sweep [N=4096] [d=128] [dtype=fp32|bf16|fp16] [causal=0] [reps=3] [heads=2]
+//   tile_sweep [N=4096] [d=128] [dtype=fp32|bf16|fp16] [causal=0] [reps=3] [heads=2] [layout=bshd|bhsd]
 // Built three times: tile_sweep (as shipped), tile_sweep_prefetch (FLASHATTN_PREFETCH=1) and
 // tile_sweep_staged (FLASHATTN_STAGE_KV=1).
 #include <Eigen/Core>
@@ -22,8 +22,13 @@ double cpu_seconds() {
   return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 
+template <class T>
+flashattn::TensorView<T> view(T* data, index_t n, index_t h, index_t d, bool bhsd) {
+  return bhsd ? flashattn::bhsd(data, 1, h, n, d) : flashattn::bshd(data, 1, n, h, d);
+}
+
 template <class T, int BQ, int BKV>
-void sweep_one(index_t n, index_t d, bool causal, int reps, index_t h) {
+void sweep_one(index_t n, index_t d, bool causal, int reps, index_t h, bool bhsd) {
   std::vector<T> q(std::size_t(n * h * d)), k(q.size()), v(q.size()), o(q.size());
   std::mt19937 gen(1);
   std::normal_distribution<float> dist;
@@ -36,8 +41,8 @@ void sweep_one(index_t n, index_t d, bool causal, int reps, index_t h) {
   for (int r = 0; r < reps; ++r) {
     const double t0 = cpu_seconds();
     flashattn::attention_forward<flashattn::cpu::Tiles<BQ, BKV>>(
-        flashattn::bshd<const T>(q.data(), 1, n, h, d), flashattn::bshd<const T>(k.data(), 1, n, h, d),
-        flashattn::bshd<const T>(v.data(), 1, n, h, d), flashattn::bshd(o.data(), 1, n, h, d), opts);
+        view<const T>(q.data(), n, h, d, bhsd), view<const T>(k.data(), n, h, d, bhsd),
+        view<const T>(v.data(), n, h, d, bhsd), view(o.data(), n, h, d, bhsd), opts);
     best = std::min(best, cpu_seconds() - t0);
   }
   const double flops = 4.0 * double(h) * double(n) * double(n) * double(d) * (causal ? 0.5 : 1.0);
@@ -46,13 +51,13 @@ void sweep_one(index_t n, index_t d, bool causal, int reps, index_t h) {
 }
 
 template <class T>
-void sweep(index_t n, index_t d, bool causal, int reps, index_t h) {
-  sweep_one<T, 32, 64>(n, d, causal, reps, h);
-  sweep_one<T, 64, 64>(n, d, causal, reps, h);
-  sweep_one<T, 64, 128>(n, d, causal, reps, h);
-  sweep_one<T, 128, 64>(n, d, causal, reps, h);
-  sweep_one<T, 128, 128>(n, d, causal, reps, h);
-  sweep_one<T, 256, 64>(n, d, causal, reps, h);
+void sweep(index_t n, index_t d, bool causal, int reps, index_t h, bool bhsd) {
+  sweep_one<T, 32, 64>(n, d, causal, reps, h, bhsd);
+  sweep_one<T, 64, 64>(n, d, causal, reps, h, bhsd);
+  sweep_one<T, 64, 128>(n, d, causal, reps, h, bhsd);
+  sweep_one<T, 128, 64>(n, d, causal, reps, h, bhsd);
+  sweep_one<T, 128, 128>(n, d, causal, reps, h, bhsd);
+  sweep_one<T, 256, 64>(n, d, causal, reps, h, bhsd);
 }
 }  // namespace
 
@@ -63,10 +68,12 @@ int main(int argc, char** argv) {
   const bool causal = argc > 4 && std::atoi(argv[4]) != 0;
   const int reps = argc > 5 ? std::atoi(argv[5]) : 3;
   const index_t h = argc > 6 ? std::atol(argv[6]) : 2;
-  std::printf("tile sweep: %s N=%ld d=%ld causal=%d, %ld heads, 1 thread, prefetch=%d, stage_kv=%d, isa=%s\n",
-              dtype.c_str(), long(n), long(d), int(causal), long(h), FLASHATTN_PREFETCH, FLASHATTN_STAGE_KV,
+  const bool bhsd = argc > 7 && std::string(argv[7]) == "bhsd";
+  std::printf("tile sweep: %s N=%ld d=%ld causal=%d, %ld heads, %s, 1 thread, prefetch=%d, stage_kv=%d, isa=%s\n",
+              dtype.c_str(), long(n), long(d), int(causal), long(h), bhsd ? "bhsd" : "bshd", FLASHATTN_PREFETCH,
+              FLASHATTN_STAGE_KV,
               flashattn::cpu::isa_name(flashattn::cpu::kBestIsa));
-  if (dtype == "bf16") sweep<Eigen::bfloat16>(n, d, causal, reps, h);
-  else if (dtype == "fp16") sweep<Eigen::half>(n, d, causal, reps, h);
-  else sweep<float>(n, d, causal, reps, h);
+  if (dtype == "bf16") sweep<Eigen::bfloat16>(n, d, causal, reps, h, bhsd);
+  else if (dtype == "fp16") sweep<Eigen::half>(n, d, causal, reps, h, bhsd);
+  else sweep<float>(n, d, causal, reps, h, bhsd);
 }
