@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Side by side with PyTorch: torch.nn.functional.scaled_dot_product_attention on the CPU against
-flashattn, in one process, on the same tensors, alternated call by call.
+flashattn, in one process, on the same tensors, alternated in blocks.
 
     python3 bench/compare_torch.py --shim build/bench/libflashattn_torch_shim.so --threads 1,16 [--out results.csv]
 
 flashattn is called through bench/torch_shim.cpp (a C entry point loaded with ctypes), so both kernels see
 the same memory, cores and clock state: a drift of the machine moves both sides, not the ratio. Per shape
 the sides alternate in --rounds blocks, each WARMUP_S seconds of untimed calls and then --reps timed calls;
-each side's figure is the median of its timed calls. Blocks, not single calls, because with several threads
+each side's figure is the median of its timed calls, and each round also gives a paired ratio (our block's
+median over torch's of the same round; their median and the rounds we were ahead in are printed). Blocks, not single calls, because with several threads
 PyTorch's OpenMP workers keep spinning for a while after each call, and would take cores from a call of
 ours that followed at once; the warm-up of each block lets them go to sleep. Both sides count 4·B·H·N²·d flops (×0.5 causal). One thread: per second of process
 CPU time; several threads: wall time. --layouts: bhsd (torch's contiguous (B, H, N, d)) and/or bshd (a
@@ -18,6 +19,7 @@ import argparse
 import csv
 import ctypes
 import faulthandler
+import math
 import sys
 import time
 
@@ -66,7 +68,9 @@ def timed_block(call, clock, reps):
 
 
 def alternated_rates(torch, shims, n, d, causal, threads, dtype, layout, reps, rounds):
-    """GFLOP/s of each shim and of torch, and each shim's max |difference| from torch's output."""
+    """GFLOP/s of each shim and of torch (medians of all timed calls), each shim's per-round ratios (its
+    block's median rate over torch's block of the same round: a pair that a drift of the machine moves
+    together), and each shim's max |difference| from torch's output."""
     torch.set_num_threads(threads)
     h = heads_for(n)
     q, k, v, o = make_qkvo(torch, n, d, h, dtype, layout)
@@ -74,17 +78,28 @@ def alternated_rates(torch, shims, n, d, causal, threads, dtype, layout, reps, r
     ours = [ours_call(shim, torch, q, k, v, o, causal, threads) for shim in shims]
     theirs = lambda: f(q, k, v, is_causal=causal)
     clock = time.process_time if threads == 1 else time.perf_counter
+    flops = 4.0 * h * n * n * d * (0.5 if causal else 1.0)
+    rate = lambda ts: flops / median(ts) * 1e-9
     t_ours, t_torch, diffs = [[] for _ in shims], [], [0.0] * len(shims)
+    round_ratios = [[] for _ in shims]
     with torch.no_grad():
         ref = f(q, k, v, is_causal=causal).float()
         for _ in range(rounds):
+            blocks = []
             for i, call in enumerate(ours):
-                t_ours[i] += timed_block(call, clock, reps)
+                blocks.append(timed_block(call, clock, reps))
                 diffs[i] = max(diffs[i], (o.float() - ref).abs().max().item())
-            t_torch += timed_block(theirs, clock, reps)
-    flops = 4.0 * h * n * n * d * (0.5 if causal else 1.0)
-    rate = lambda ts: flops / sorted(ts)[len(ts) // 2] * 1e-9
-    return [rate(t) for t in t_ours], rate(t_torch), diffs
+            theirs_block = timed_block(theirs, clock, reps)
+            t_torch += theirs_block
+            for i, block in enumerate(blocks):
+                t_ours[i] += block
+                round_ratios[i].append(rate(block) / rate(theirs_block))
+    return [rate(t) for t in t_ours], rate(t_torch), round_ratios, diffs
+
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if len(xs) % 2 else 0.5 * (xs[len(xs) // 2 - 1] + xs[len(xs) // 2])
 
 
 def torch_sgemm_rate(torch, threads, n=2048, reps=5):
@@ -131,7 +146,7 @@ def main():
           f"timed calls; medians", flush=True)
     rows = []
     header = ["build", "layout", "dtype", "N", "d", "causal", "threads", "flashattn_GFLOPs", "torch_GFLOPs", "ratio",
-              "flashattn_x_sgemm", "torch_x_sgemm", "max_abs_diff"]
+              "flashattn_x_sgemm", "torch_x_sgemm", "round_ratio_median", "rounds_ahead", "max_abs_diff"]
     print("  ".join(f"{h:>10}" for h in header), flush=True)
     for threads in [int(t) for t in a.threads.split(",")]:
         sgemm = torch_sgemm_rate(torch, threads)
@@ -141,14 +156,22 @@ def main():
                 for n in [int(x) for x in a.n.split(",")]:
                     for d in [int(x) for x in a.d.split(",")]:
                         for causal in [bool(int(x)) for x in a.causal.split(",")]:
-                            mine, theirs, diffs = alternated_rates(torch, shims, n, d, causal, threads,
+                            mine, theirs, round_ratios, diffs = alternated_rates(torch, shims, n, d, causal, threads,
                                                                    dtypes[dt], layout, a.reps, a.rounds)
-                            for label, rate, diff in zip(labels, mine, diffs):
+                            for label, rate, rr, diff in zip(labels, mine, round_ratios, diffs):
                                 row = [label, layout, dt, n, d, int(causal), threads, round(rate, 1),
                                        round(theirs, 1), round(rate / theirs, 2), round(rate / sgemm, 2),
-                                       round(theirs / sgemm, 2), f"{diff:.1e}"]
+                                       round(theirs / sgemm, 2), round(median(rr), 2),
+                                       f"{sum(r >= 1.0 for r in rr)}/{len(rr)}", f"{diff:.1e}"]
                                 rows.append(row)
                                 print("  ".join(f"{str(x):>10}" for x in row), flush=True)
+    # One line per (build, threads): how many rows are ahead, and the geometric mean of the ratios.
+    for label in labels:
+        for threads in sorted({r[6] for r in rows}):
+            ratios = [r[9] for r in rows if r[0] == label and r[6] == threads]
+            geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+            print(f"summary {label}, {threads} threads: {sum(x >= 1.0 for x in ratios)}/{len(ratios)} rows >= 1.0x, "
+                  f"min {min(ratios):.2f}, geometric mean {geo:.2f}", flush=True)
     if a.out:
         with open(a.out, "w", newline="") as f:
             w = csv.writer(f)

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # flashattn vs PyTorch's CPU attention on a machine with PyTorch installed (the accelerator machine's
 # 16-core Xeon here), in one command: builds the ctypes shim (bench/torch_shim.cpp), then runs
-# bench/compare_torch.py, which times both kernels in one process, alternated call by call.
+# bench/compare_torch.py, which times both kernels in one process, alternated in blocks.
 #   bash bench/device_compare.sh [OUTDIR] [THREADS]       e.g. bash bench/device_compare.sh out 1,16
-# Environment: DTYPES (default fp32; e.g. fp32,bf16), LAYOUTS (default bhsd,bshd), ROUNDS and REPS (per shape,
+# Environment: DTYPES (default fp32; e.g. fp32,bf16), LAYOUTS (default bhsd,bshd), NS and DS (sequence lengths
+# and head dims, default 1024,4096 and 64,128), ROUNDS and REPS (per shape,
 # ROUNDS alternated blocks per side of REPS timed calls; default 3 and 3), PIN (a taskset core list, e.g.
 # PIN=3 with THREADS=1).
 set -euo pipefail
@@ -16,10 +17,10 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_BUILD_TES
 cmake --build "$build" --target flashattn_torch_shim -j "$(nproc)" > "$out/build.log"
 {
   echo "# $(date -u) $(uname -m); $(lscpu | grep 'Model name' | sed 's/  */ /g')"
-  echo "# command: ${PIN:+PIN=$PIN }${DTYPES:+DTYPES=$DTYPES }${LAYOUTS:+LAYOUTS=$LAYOUTS }bash bench/device_compare.sh $out $threads"
+  echo "# command: ${PIN:+PIN=$PIN }${ROUNDS:+ROUNDS=$ROUNDS }${NS:+NS=$NS }${DS:+DS=$DS }${DTYPES:+DTYPES=$DTYPES }${LAYOUTS:+LAYOUTS=$LAYOUTS }bash bench/device_compare.sh $out $threads"
   echo "# flashattn $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo '+local changes')"
 } | tee "$out/torch_compare.txt"
 ${PIN:+taskset -c "$PIN"} env OMP_NUM_THREADS="${threads##*,}" \
   python3 bench/compare_torch.py --shim "$build/bench/libflashattn_torch_shim.so" --threads "$threads" \
-  --dtypes "${DTYPES:-fp32}" --layouts "${LAYOUTS:-bhsd,bshd}" --rounds "${ROUNDS:-3}" --reps "${REPS:-3}" \
+  --n "${NS:-1024,4096}" --d "${DS:-64,128}" --dtypes "${DTYPES:-fp32}" --layouts "${LAYOUTS:-bhsd,bshd}" --rounds "${ROUNDS:-3}" --reps "${REPS:-3}" \
   --out "$out/torch_compare.csv" 2>&1 | tee -a "$out/torch_compare.txt"
