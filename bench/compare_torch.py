@@ -8,10 +8,11 @@ flashattn is called through bench/torch_shim.cpp (a C entry point loaded with ct
 the same memory, cores and clock state: a drift of the machine moves both sides, not the ratio. Per shape
 the sides alternate in --rounds blocks, each WARMUP_S seconds of untimed calls and then --reps timed calls;
 each side's figure is the median of its timed calls, and each round also gives a paired ratio (our block's
-median over torch's of the same round; their median and the rounds we were ahead in are printed). Blocks, not single calls, because with several threads
-PyTorch's OpenMP workers keep spinning for a while after each call, and would take cores from a call of
-ours that followed at once; the warm-up of each block lets them go to sleep. Both sides count 4·B·H·N²·d flops (×0.5 causal). One thread: per second of process
-CPU time; several threads: wall time. --layouts: bhsd (torch's contiguous (B, H, N, d)) and/or bshd (a
+median over torch's of the same round; their median and the rounds we were ahead in are printed). Blocks,
+not single calls, because with several threads PyTorch's OpenMP workers keep spinning for a while after
+each call, and would take cores from a call of ours that followed at once; the warm-up of each block lets
+them go to sleep. Both sides count 4·B·H·N²·d flops (×0.5 causal). One thread: per second of process CPU
+time; several threads: wall time. --layouts: bhsd (torch's contiguous (B, H, N, d)) and/or bshd (a
 contiguous (B, N, H, d) buffer, given to torch as its transpose(1, 2) view). The outputs of the two are
 compared on every shape (max |difference| printed), so the figures are for the same result.
 """
