@@ -91,15 +91,30 @@ inline double eigen_sgemm_gflops(int m, int n, int k, int threads = 1) {
 }
 
 #if defined(FLASHATTN_HAVE_OPENBLAS)
+// One OpenBLAS sgemm C (m, n) = A (m, k) · B (k, n) per call, on its own operands: the GEMM reference as a
+// callable, so that a benchmark can alternate it with the kernel under test (bench_forward's vs_sgemm).
+class OpenblasSgemm {
+ public:
+  OpenblasSgemm(int m, int n, int k, int threads = 1)
+      : m_(m), n_(n), k_(k), a_(std::size_t(m) * k, 0.5f), b_(std::size_t(k) * n, 0.25f), c_(std::size_t(m) * n) {
+    openblas_set_num_threads(threads);
+  }
+  void operator()() {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m_, n_, k_, 1.0f, a_.data(), k_, b_.data(), n_, 0.0f,
+                c_.data(), n_);
+  }
+  double flops() const { return 2.0 * m_ * n_ * k_; }
+
+ private:
+  int m_, n_, k_;
+  std::vector<float> a_, b_, c_;
+};
+
 inline double openblas_sgemm_gflops(int m, int n, int k, int threads = 1) {
-  openblas_set_num_threads(threads);
-  std::vector<float> a(std::size_t(m) * k, 0.5f), b(std::size_t(k) * n, 0.25f), c(std::size_t(m) * n);
-  auto run = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
-  };
+  OpenblasSgemm run(m, n, k, threads);
   run();
   const double sec = median_seconds(5, run, threads);
-  return 2.0 * m * n * k / sec * 1e-9;
+  return run.flops() / sec * 1e-9;
 }
 #endif
 
