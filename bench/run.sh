@@ -32,6 +32,11 @@ FLASHATTN_BENCH_THREADS=1 run --benchmark_filter='^(naive|tiled)/fp32/N:(512|102
 echo
 echo "== N=4096, d=128, one thread: causal vs full (effective rate), bf16 and fp16 vs fp32 (alternated calls) =="
 FLASHATTN_BENCH_THREADS=1 run --benchmark_filter='^(causal_vs_full/fp32/N:4096/d:128|vs_fp32/(bf16|fp16)/N:4096/d:128/causal:0)/'
+if run --benchmark_list_tests 2>/dev/null | grep -q '^vs_sgemm/'; then  # built with OpenBLAS
+  echo
+  echo "== N=4096, one thread: tiled fp32 vs OpenBLAS sgemm 2048^3 (alternated calls; x_sgemm = rate ratio) =="
+  FLASHATTN_BENCH_THREADS=1 run --benchmark_filter='^vs_sgemm/'
+fi
 threads=$(nproc)
 if [ "$threads" -gt 1 ]; then
   echo
