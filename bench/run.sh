@@ -30,13 +30,10 @@ echo
 echo "== naive (materialised S) vs tiled, fp32, d=128, B=1, H=8, one thread =="
 FLASHATTN_BENCH_THREADS=1 run --benchmark_filter='^(naive|tiled)/fp32/N:(512|1024|2048|4096)/d:128/causal:0/threads:1/'
 echo
-echo "== N=4096, d=128, one thread: causal vs full (effective rate), bf16 and fp16 vs fp32 (alternated calls) =="
-FLASHATTN_BENCH_THREADS=1 run --benchmark_filter='^(causal_vs_full/fp32/N:4096/d:128|vs_fp32/(bf16|fp16)/N:4096/d:128/causal:0)/'
-if run --benchmark_list_tests 2>/dev/null | grep -q '^vs_sgemm/'; then  # built with OpenBLAS
-  echo
-  echo "== N=4096, one thread: tiled fp32 vs OpenBLAS sgemm 2048^3 (alternated calls; x_sgemm = rate ratio) =="
-  FLASHATTN_BENCH_THREADS=1 run --benchmark_filter='^vs_sgemm/'
-fi
+echo "== N=4096, one thread, alternated calls: causal vs full (effective rate, d=128), bf16 and fp16 vs fp32"
+echo "   (d=128), tiled fp32 vs OpenBLAS sgemm 2048^3 (d=64/128/256; only when built with OpenBLAS) =="
+FLASHATTN_BENCH_THREADS=1 run \
+  --benchmark_filter='^(causal_vs_full/fp32/N:4096/d:128|vs_fp32/(bf16|fp16)/N:4096/d:128/causal:0|vs_sgemm/fp32/N:4096)/'
 threads=$(nproc)
 if [ "$threads" -gt 1 ]; then
   echo
