@@ -2,7 +2,7 @@
 // time, best of --reps calls each. For choosing DefaultTiles on a new CPU, and for docs/performance.md.
 //   tile_sweep [N=4096] [d=128] [dtype=fp32|bf16|fp16] [causal=0] [reps=3] [heads=2] [layout=bshd|bhsd]
 // Built three times: tile_sweep (as shipped), tile_sweep_prefetch (FLASHATTN_PREFETCH=1) and
-// tile_sweep_staged (FLASHATTN_STAGE_KV=1).
+// tile_sweep_nocache (FLASHATTN_KV_CACHE_BYTES=0: every query block stages its K/V tiles again).
 #include <Eigen/Core>
 #include <cstdio>
 #include <cstdlib>
@@ -69,9 +69,9 @@ int main(int argc, char** argv) {
   const int reps = argc > 5 ? std::atoi(argv[5]) : 3;
   const index_t h = argc > 6 ? std::atol(argv[6]) : 2;
   const bool bhsd = argc > 7 && std::string(argv[7]) == "bhsd";
-  std::printf("tile sweep: %s N=%ld d=%ld causal=%d, %ld heads, %s, 1 thread, prefetch=%d, stage_kv=%d, isa=%s\n",
+  std::printf("tile sweep: %s N=%ld d=%ld causal=%d, %ld heads, %s, 1 thread, prefetch=%d, kv_cache=%ld B, isa=%s\n",
               dtype.c_str(), long(n), long(d), int(causal), long(h), bhsd ? "bhsd" : "bshd", FLASHATTN_PREFETCH,
-              FLASHATTN_STAGE_KV,
+              long(flashattn::cpu::kKvTileCacheBytes),
               flashattn::cpu::isa_name(flashattn::cpu::kBestIsa));
   if (dtype == "bf16") sweep<Eigen::bfloat16>(n, d, causal, reps, h, bhsd);
   else if (dtype == "fp16") sweep<Eigen::half>(n, d, causal, reps, h, bhsd);

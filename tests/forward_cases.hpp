@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -308,8 +309,60 @@ TYPED_TEST_P(ForwardTest, SplitKeyRanges) {
   }
 }
 
+// The same values in BSHD (rows of a head heads·dim apart: the worker keeps staged copies of the K/V tiles,
+// cpu/kv_tile_cache.hpp) and in BHSD (contiguous rows: fp32 reads them in place) give the same bits, on
+// one and two threads: whole tiles, tiles cut by a mask's edge (staged per block), split key ranges, GQA.
+TYPED_TEST_P(ForwardTest, KeptKvTilesChangeNoBit) {
+  using T = typename TestFixture::T;
+  const index_t bq = this->BQ, bkv = this->BKV;
+  struct Shape {
+    index_t seq_q, seq_k;
+    bool causal;
+    index_t left, right;
+  };
+  const Shape shapes[] = {{3 * bq + 7, 3 * bkv + 5, false, -1, -1}, {3 * bq + 7, 3 * bkv + 5, true, -1, -1},
+                          {2 * bq + 1, 2 * bq + 1, false, bkv / 2 + 3, 2}, {1, 12 * bkv + 3, false, -1, -1},
+                          {bq + 1, 12 * bkv + 3, true, -1, -1}};
+  for (const Shape& sh : shapes)
+    for (int threads : {1, 2}) {
+      ForwardCase c;
+      c.batch = 2;
+      c.heads_q = 4;
+      c.heads_kv = 2;
+      c.dim = 40;
+      c.seq_q = sh.seq_q;
+      c.seq_k = sh.seq_k;
+      c.causal = sh.causal;
+      c.window_left = sh.left;
+      c.window_right = sh.right;
+      c.num_threads = threads;
+      std::vector<double> out[2], lse_out[2];
+      for (Layout layout : {Layout::Bshd, Layout::Bhsd}) {
+        HostTensor<T> q(layout, c.batch, c.seq_q, c.heads_q, c.dim);
+        HostTensor<T> k(layout, c.batch, c.seq_k, c.heads_kv, c.dim);
+        HostTensor<T> v(layout, c.batch, c.seq_k, c.heads_kv, c.dim);
+        HostTensor<T> o(layout, c.batch, c.seq_q, c.heads_q, c.dim, this->nan());
+        fill_normal(q.view(), 21);
+        fill_normal(k.view(), 22);
+        fill_normal(v.view(), 23);
+        HostLse lse(c.batch, c.heads_q, c.seq_q);
+        attention_forward<typename TestFixture::Tiles>(q.cview(), k.cview(), v.cview(), o.view(), c.options(),
+                                                       lse.view());
+        out[int(layout)] = to_double(o.cview());
+        lse_out[int(layout)] = to_double(lse.view());
+      }
+      ASSERT_EQ(out[0].size(), out[1].size());
+      for (std::size_t i = 0; i < out[0].size(); ++i)
+        ASSERT_EQ(std::memcmp(&out[0][i], &out[1][i], sizeof(double)), 0)
+            << c.describe() << " threads=" << threads << " element " << i << ": " << out[0][i] << " vs " << out[1][i];
+      for (std::size_t i = 0; i < lse_out[0].size(); ++i)
+        ASSERT_EQ(std::memcmp(&lse_out[0][i], &lse_out[1][i], sizeof(double)), 0)
+            << c.describe() << " threads=" << threads << " lse " << i;
+    }
+}
+
 REGISTER_TYPED_TEST_SUITE_P(ForwardTest, SequenceLengths, CausalSequenceLengths, CausalIsBottomRightAligned,
                             SlidingWindow, GroupedQueryRatios, HeadDims, BatchesAndBhsdLayout, CustomScale,
-                            FusedQkvAndStridedViews, SplitKeyRanges);
+                            FusedQkvAndStridedViews, SplitKeyRanges, KeptKvTilesChangeNoBit);
 
 }  // namespace flashattn::testing

@@ -92,6 +92,19 @@ struct Case {
 template <class C>
 class TiledCounts : public ::testing::Test {};
 
+// Bytes one worker writes when it keeps every staged K/V tile of every (batch, KV head) of p once
+// (cpu/kv_tile_cache.hpp): the K and/or V tiles the storage ops stage or copy for this layout.
+template <class T, class Tiles>
+index_t one_fill_of_kept_tiles(const Problem<T>& p) {
+  using Ops = typename flashattn::cpu::ForwardKernel<T, Tiles, 0>::Ops;
+  const int d = int(p.dim);
+  const index_t matrices = index_t(Ops::keeps_k(p.kv(p.k), d)) + index_t(Ops::keeps_v(p.kv(p.v), d));
+  return p.batch * p.heads_kv * matrices * p.seq_k * p.dim * index_t(sizeof(typename Ops::KvElem));
+}
+
+// The traffic the IO model describes: everything but the kept copies of K/V tiles, counted apart.
+inline std::int64_t model_bytes(const ByteCounter& c) { return c.total_bytes() - c.written_bytes(Traffic::KvCache); }
+
 using TiledCases = ::testing::Types<Case<float, flashattn::cpu::Tiles<16, 64>>, Case<float, flashattn::cpu::Tiles<32, 16>>,
                                     Case<float, flashattn::cpu::Tiles<64, 64>>, Case<float, flashattn::cpu::Tiles<256, 32>>,
                                     Case<double, flashattn::cpu::Tiles<16, 32>>,
@@ -131,7 +144,9 @@ TYPED_TEST(TiledCounts, UnsplitScheduleMatchesFormulaPerArray) {
       EXPECT_EQ(c.written_bytes(Traffic::S) + c.read_bytes(Traffic::S) + c.written_bytes(Traffic::P) +
                     c.read_bytes(Traffic::P),
                 0);
-      EXPECT_EQ(c.total_bytes(), heads * io::tiled_bytes(shape, bq));
+      EXPECT_EQ(model_bytes(c), heads * io::tiled_bytes(shape, bq));
+      // One worker, heads in order: each kept tile is staged once per (batch, KV head).
+      EXPECT_EQ(c.written_bytes(Traffic::KvCache), (one_fill_of_kept_tiles<T, Tiles>(p)));
     }
   }
 }
@@ -150,8 +165,10 @@ TYPED_TEST(TiledCounts, CausalMatchesFormula) {
     io::tiled_forward_unsplit<Tiles, T>(p.qv(), p.kv(p.k), p.kv(p.v), p.ov(), opts, {}, c);
     const io::Shape shape = p.shape(false);
     EXPECT_EQ(c.read_bytes(Traffic::K), io::tiled_kv_rows_causal(shape, bq) * 64 * index_t(sizeof(T)));
-    EXPECT_EQ(c.total_bytes(), io::tiled_bytes_causal(shape, bq));
-    EXPECT_LT(c.total_bytes(), io::tiled_bytes(shape, bq));
+    EXPECT_EQ(model_bytes(c), io::tiled_bytes_causal(shape, bq));
+    EXPECT_LT(model_bytes(c), io::tiled_bytes(shape, bq));
+    // The last query block, run first, sees every key tile whole.
+    EXPECT_EQ(c.written_bytes(Traffic::KvCache), (one_fill_of_kept_tiles<T, Tiles>(p)));
   }
 }
 
@@ -172,8 +189,16 @@ TYPED_TEST(TiledCounts, PublicApiWithoutSplitMatchesFormulaOnAnyThreadCount) {
       ByteCounter c;
       flashattn::attention_forward<Tiles>(p.qv(), p.kv(p.k), p.kv(p.v), p.ov(), opts, p.lv(), c);
       const io::Shape shape = p.shape(true);
-      EXPECT_EQ(c.total_bytes(),
+      EXPECT_EQ(model_bytes(c),
                 p.heads_total() * (causal ? io::tiled_bytes_causal(shape, bq) : io::tiled_bytes(shape, bq)));
+      // Each worker stages a kept tile at most once per head: one fill on one thread, at most one per thread.
+      const index_t fill = one_fill_of_kept_tiles<T, Tiles>(p);
+      EXPECT_GT(fill, 0);  // BSHD with two KV heads: rows are strided, so tiles are kept
+      if (threads == 1) {
+        EXPECT_EQ(c.written_bytes(Traffic::KvCache), fill);
+      }
+      EXPECT_GE(c.written_bytes(Traffic::KvCache), fill);
+      EXPECT_LE(c.written_bytes(Traffic::KvCache), threads * fill);
     }
 }
 
@@ -234,6 +259,48 @@ TEST(TiledScratch, IsOneWorkerScratchIndependentOfSequenceLength) {
     EXPECT_EQ(flashattn::cpu::scratch_stats().peak_bytes - base, one_scratch) << "n=" << n;
     EXPECT_EQ(flashattn::cpu::scratch_stats().current_bytes, base);
   }
+}
+
+// Kept K/V tiles (cpu/kv_tile_cache.hpp): each tile staged once per head, never more bytes than the budget,
+// tiles past it left to the caller, the buffer released with the cache.
+TEST(KeptKvTiles, StagedOncePerHeadWithinTheBudget) {
+  struct Tile {
+    const float* data;
+    index_t ld;
+  };
+  using Cache = flashattn::cpu::KvTileCache<Tile, float>;
+  constexpr std::size_t tile_elems = std::size_t(flashattn::cpu::kKvTileCacheBytes) / (2 * sizeof(float)) / 3;
+  const std::int64_t base = flashattn::cpu::scratch_stats().current_bytes;
+  {
+    Cache cache(tile_elems);
+    EXPECT_EQ(flashattn::cpu::scratch_stats().current_bytes, base);  // nothing until a head is kept
+    int staged = 0;
+    const auto stage = [&](float* slot) {
+      ++staged;
+      slot[0] = float(staged);
+      return Tile{slot, 7};
+    };
+    for (index_t head : {0, 1}) {
+      cache.keep_head(0, head, 10);
+      for (int pass = 0; pass < 2; ++pass)
+        for (index_t t = 0; t < 10; ++t)
+          for (Cache::Matrix m : {Cache::K, Cache::V}) {
+            const Tile tile = cache.get(m, t, stage);
+            if (t < 3) {
+              ASSERT_NE(tile.data, nullptr) << "tile " << t;
+              EXPECT_EQ(tile.ld, 7);
+            } else {
+              EXPECT_EQ(tile.data, nullptr) << "tile " << t << " is past the budget";
+            }
+          }
+      // 3 affordable tiles of K and V, staged on the first pass only; the other head stages them again.
+      EXPECT_EQ(staged, 6 * (head + 1));
+    }
+    const std::int64_t held = flashattn::cpu::scratch_stats().current_bytes - base;
+    EXPECT_EQ(held, std::int64_t(2 * 3 * tile_elems * sizeof(float)));
+    EXPECT_LE(held, flashattn::cpu::kKvTileCacheBytes);
+  }
+  EXPECT_EQ(flashattn::cpu::scratch_stats().current_bytes, base);
 }
 
 // ---- the model ------------------------------------------------------------------------------------------

@@ -11,7 +11,9 @@ namespace flashattn {
 
 // Partial: the unnormalised partial outputs and softmax states of split-KV (cpu/backend.hpp), written by
 // each key range and read back by the merge.
-enum class Traffic { Q, K, V, O, Lse, S, P, Partial, kCount };
+// KvCache: a worker's kept copies of staged K/V tiles (cpu/kv_tile_cache.hpp), written once per head and
+// worker. Reads of a kept tile count as reads of K or V: they are the same bytes, from the copy.
+enum class Traffic { Q, K, V, O, Lse, S, P, Partial, KvCache, kCount };
 
 struct NoAccounting {
   static constexpr bool enabled = false;

@@ -26,6 +26,12 @@ inline constexpr bool is_fp16 = std::is_same_v<std::remove_cv_t<T>, Eigen::half>
 // dst[0 .. n) = Acc(src[0], src[stride], ..., src[(n - 1) * stride]) · scale.
 template <class Acc, class T>
 inline void load_row(Acc* dst, const T* src, index_t stride, int n, Acc scale = Acc(1)) {
+  if constexpr (std::is_same_v<Acc, std::remove_cv_t<T>>) {
+    if (stride == 1 && scale == Acc(1)) {  // a plain copy (K/V tiles kept by kv_tile_cache.hpp)
+      std::memcpy(dst, src, sizeof(Acc) * std::size_t(n));
+      return;
+    }
+  }
   int c = 0;
 #if defined(__AVX512F__) && defined(__AVX512BW__)
   if constexpr (std::is_same_v<Acc, float> && (is_bf16<T> || is_fp16<T>)) {

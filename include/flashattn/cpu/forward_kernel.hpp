@@ -2,7 +2,8 @@
 // One forward program: BlockQ query rows of one (batch, head), against every key tile its mask keeps.
 // It reads as Algorithm 1 of FlashAttention (2): load Q once, then per key tile S = Q·Kᵀ, mask, online
 // softmax update, O += P·V, and normalise at the end. Scratch is O(BlockQ·BlockKV + (BlockQ + BlockKV)·d)
-// per worker: no (seq_q × seq_k) buffer exists anywhere.
+// per worker, plus the staged K/V tiles a worker keeps for its next query blocks of the same head (at most
+// kKvTileCacheBytes, kv_tile_cache.hpp): no (seq_q × seq_k) buffer exists anywhere.
 
 #include <algorithm>
 #include <limits>
@@ -10,6 +11,7 @@
 
 #include "flashattn/accounting.hpp"
 #include "flashattn/cpu/aligned_buffer.hpp"
+#include "flashattn/cpu/kv_tile_cache.hpp"
 #include "flashattn/cpu/online_softmax.hpp"
 #include "flashattn/cpu/tile_ops.hpp"
 #include "flashattn/cpu/tile_ops_bf16.hpp"
@@ -28,6 +30,8 @@ class ForwardKernel {
   static constexpr int BlockKV = TileConfig::BlockKV;
   using Ops = StorageOps<T, BlockQ, BlockKV, HeadDim, TileConfig::isa>;
   using Softmax = OnlineSoftmax<Acc, BlockQ, TileConfig::isa>;
+  using KvTile = typename Ops::KvTile;
+  using KvCache = KvTileCache<KvTile, typename Ops::KvElem>;
 
   // The working set of one worker, reused across its programs.
   class Scratch {
@@ -38,7 +42,8 @@ class ForwardKernel {
           v_stage_(Ops::kv_stage_elems(d)),
           ot_(std::size_t(d) * BlockQ),
           st_(std::size_t(BlockKV) * BlockQ),
-          rows_(3 * std::size_t(BlockQ) + std::size_t(d)) {}
+          rows_(3 * std::size_t(BlockQ) + std::size_t(d)),
+          kv_cache_(Ops::kv_stage_elems(d)) {}
 
     typename Ops::QElem* qt() { return qt_.data(); }        // Qᵀ tile, Ops' layout
     typename Ops::KvElem* k_stage() { return k_stage_.data(); }
@@ -49,11 +54,13 @@ class ForwardKernel {
     Acc* inv_l() { return rows_.data() + BlockQ; }          // (BlockQ)
     Acc* lse() { return rows_.data() + 2 * BlockQ; }        // (BlockQ)
     Acc* row_buf() { return rows_.data() + 3 * BlockQ; }    // (d) one converted input row
+    KvCache& kv_cache() { return kv_cache_; }              // staged tiles kept for the head's next blocks
 
    private:
     AlignedBuffer<typename Ops::QElem> qt_;
     AlignedBuffer<typename Ops::KvElem> k_stage_, v_stage_;
     AlignedBuffer<Acc> ot_, st_, rows_;
+    KvCache kv_cache_;
   };
 
   // Query rows [q0, q0 + BlockQ) of head h in batch b, against all keys: the final O and LSE rows.
@@ -108,6 +115,10 @@ class ForwardKernel {
     constexpr Acc log2e = Acc(1.4426950408889634074);
     const Acc score_scale = Mask::modifies_scores ? log2e : Acc(p.scale) * log2e;
 
+    const bool keep_k = kKvTileCacheBytes > 0 && Ops::keeps_k(p.k, d);
+    const bool keep_v = kKvTileCacheBytes > 0 && Ops::keeps_v(p.v, d);
+    if (keep_k || keep_v) s.kv_cache().keep_head(b, h_kv, (p.k.seq + BlockKV - 1) / BlockKV);
+
     Ops::load_q(s.qt(), s.row_buf(), p.q, b, h, q0, rows, d);
     acct.read(Traffic::Q, rows * row_bytes);
     std::fill(s.ot(), s.ot() + std::size_t(d) * BlockQ, Acc(0));
@@ -119,8 +130,15 @@ class ForwardKernel {
       const TileKind kind = mask.tile(q0, q1, k0, k1);
       if (kind == TileKind::Empty) continue;
       const int cols = int(k1 - k0);
+      // A whole tile of the key grid can be kept for the head's next query blocks; a tile cut short by a
+      // mask's edge is staged for this block only.
+      const bool grid_tile = k0 % BlockKV == 0 && k1 == std::min<index_t>(k0 + BlockKV, p.k.seq);
+      const index_t t = k0 / BlockKV;
 
-      const auto k_tile = Ops::stage_k(s.k_stage(), p.k, b, h_kv, k0, cols, d);
+      const KvTile k_tile = tile(s, KvCache::K, keep_k && grid_tile, t, s.k_stage(), cols, d, acct,
+                                 [&](typename Ops::KvElem* dst, bool copy) {
+                                   return Ops::stage_k(dst, p.k, b, h_kv, k0, cols, d, copy);
+                                 });
       acct.read(Traffic::K, cols * row_bytes);
       // While Q·Kᵀ runs, V's rows of this tile are fetched; while P·V runs, K's rows of the next.
       Ops::qk(s.st(), s.qt(), k_tile, cols, d, prefetch_rows(p.v, b, h_kv, k0, cols, d));  // Sᵀ (cols, BlockQ)
@@ -130,11 +148,30 @@ class ForwardKernel {
 
       softmax.update(s.st(), cols, score_scale, s.alpha());  // Sᵀ -> Pᵀ, alpha
 
-      const auto v_tile = Ops::stage_v(s.v_stage(), p.v, b, h_kv, k0, cols, d);
+      const KvTile v_tile = tile(s, KvCache::V, keep_v && grid_tile, t, s.v_stage(), cols, d, acct,
+                                 [&](typename Ops::KvElem* dst, bool copy) {
+                                   return Ops::stage_v(dst, p.v, b, h_kv, k0, cols, d, copy);
+                                 });
       acct.read(Traffic::V, cols * row_bytes);
       const int next_cols = int(std::min<index_t>(BlockKV, kv_end - k1));
       Ops::pv(s.ot(), s.alpha(), s.st(), v_tile, cols, d, prefetch_rows(p.k, b, h_kv, k1, next_cols, d));  // Oᵀ (d, BlockQ)
     }
+  }
+
+  // Tile t of K or V for the micro-kernels: kept from an earlier query block of this head, or staged now
+  // into its kept slot (`keep`, within budget), or else read in place or staged into `stage` for this
+  // block only. stage(dst, copy) stages into dst; copy: never return the rows in place.
+  template <class Stage, class Accounting>
+  static KvTile tile(Scratch& s, typename KvCache::Matrix m, bool keep, index_t t, typename Ops::KvElem* stage,
+                     int cols, int d, Accounting& acct, Stage&& stage_fn) {
+    if (keep) {
+      const KvTile kept = s.kv_cache().get(m, t, [&](typename Ops::KvElem* slot) {
+        acct.write(Traffic::KvCache, index_t(cols) * d * index_t(sizeof(typename Ops::KvElem)));
+        return stage_fn(slot, true);
+      });
+      if (kept.data != nullptr) return kept;
+    }
+    return stage_fn(stage, false);
   }
 
   // Partial tiles: masked scores become −inf (probability exactly 0). Score modifiers are applied here, in

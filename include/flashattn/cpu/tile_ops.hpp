@@ -141,13 +141,6 @@ struct TileOps {
 
 }  // namespace flashattn::cpu
 
-// Copy K and V tiles into contiguous scratch even when they could be read in place (fp32, unit dim
-// stride): rows of one head are heads·dim elements apart, often a multiple of 4 KiB, so the rows of a
-// tile share a handful of L1 sets and pages. Measured with bench/tile_sweep_staged (docs/performance.md).
-#ifndef FLASHATTN_STAGE_KV
-#define FLASHATTN_STAGE_KV 0
-#endif
-
 namespace flashattn::cpu {
 
 // The tile ops as a storage type sees them: how Q, K and V tiles are staged for the micro-kernels and
@@ -187,16 +180,21 @@ struct StorageOps {
       for (int i = rows; i < BlockQ; ++i) qt[c * BlockQ + i] = Acc(0);
   }
 
-  // Rows [k0, k0 + cols) of one head of K or V as a row-major Acc matrix: in place when possible, else
-  // converted into `stage` (once per tile, amortised over BlockQ query rows).
+  // Rows [k0, k0 + cols) of one head of K or V as a row-major Acc matrix: in place when possible (unless
+  // `copy`), else converted into `stage`.
   static KvTile stage_k(KvElem* stage, const TensorView<const T>& k, index_t b, index_t h, index_t k0, int cols,
-                        int d) {
-    return stage_rows(stage, k, b, h, k0, cols, d);
+                        int d, bool copy = false) {
+    return stage_rows(stage, k, b, h, k0, cols, d, copy);
   }
   static KvTile stage_v(KvElem* stage, const TensorView<const T>& v, index_t b, index_t h, index_t k0, int cols,
-                        int d) {
-    return stage_rows(stage, v, b, h, k0, cols, d);
+                        int d, bool copy = false) {
+    return stage_rows(stage, v, b, h, k0, cols, d, copy);
   }
+
+  // Whether staged tiles of K (or V) are worth keeping for a head's later query blocks (kv_tile_cache.hpp):
+  // when staging converts or gathers, and when rows read in place would not be contiguous.
+  static bool keeps_k(const TensorView<const T>& k, int d) { return !contiguous_rows(k, d); }
+  static bool keeps_v(const TensorView<const T>& v, int d) { return !contiguous_rows(v, d); }
 
   // st (cols, BlockQ) = raw scores K·Qᵀ.
   // `next`: rows to prefetch meanwhile (the V tile, during qk; the next K tile, during pv).
@@ -210,10 +208,14 @@ struct StorageOps {
   }
 
  private:
+  static bool contiguous_rows(const TensorView<const T>& x, int d) {
+    return std::is_same_v<T, Acc> && x.stride_dim == 1 && x.stride_seq == d;
+  }
+
   static KvTile stage_rows(KvElem* stage, const TensorView<const T>& x, index_t b, index_t h, index_t k0, int cols,
-                           int d) {
-    if constexpr (std::is_same_v<T, Acc> && !FLASHATTN_STAGE_KV) {
-      if (x.stride_dim == 1) return {x.row(b, k0, h), x.stride_seq};
+                           int d, bool copy) {
+    if constexpr (std::is_same_v<T, Acc>) {
+      if (x.stride_dim == 1 && !copy) return {x.row(b, k0, h), x.stride_seq};
     }
     for (int j = 0; j < cols; ++j) load_row(stage + std::size_t(j) * d, x.row(b, k0 + j, h), x.stride_dim, d);
     return {stage, d};

@@ -81,21 +81,34 @@ struct StorageOps<T, BlockQ, BlockKV, HeadDim, Isa::Avx512Bf16, std::enable_if_t
       for (int i = rows; i < BlockQ; ++i) qt[p * BlockQ + i] = 0u;
   }
 
-  // K rows in place when their pairs are adjacent in memory (unit dim stride, even d); else staged.
+  // K rows in place when their pairs are adjacent in memory (unit dim stride, even d) unless `copy`; else
+  // staged.
   static KvTile stage_k(KvElem* stage, const TensorView<const T>& k, index_t b, index_t h, index_t k0, int cols,
-                        int d) {
-    if (k.stride_dim == 1 && d % 2 == 0) return {reinterpret_cast<const KvElem*>(k.row(b, k0, h)), k.stride_seq};
+                        int d, bool copy = false) {
+    const bool pairs_adjacent = k.stride_dim == 1 && d % 2 == 0;
+    if (pairs_adjacent && !copy) return {reinterpret_cast<const KvElem*>(k.row(b, k0, h)), k.stride_seq};
     const int width = 2 * pairs(d);
     for (int j = 0; j < cols; ++j) {
       const T* row = k.row(b, k0 + j, h);
+      if (pairs_adjacent) {
+        std::memcpy(stage + std::size_t(j) * width, row, sizeof(KvElem) * std::size_t(d));
+        continue;
+      }
       for (int c = 0; c < width; ++c) stage[j * width + c] = c < d ? detail::bf16_bits(row + c * k.stride_dim) : 0;
     }
     return {stage, width};
   }
 
+  // Whether staged tiles are worth keeping for a head's later query blocks (kv_tile_cache.hpp): K when it
+  // is staged or its rows in place are not contiguous; V always (it is always interleaved).
+  static bool keeps_k(const TensorView<const T>& k, int d) {
+    return !(k.stride_dim == 1 && d % 2 == 0 && k.stride_seq == d);
+  }
+  static bool keeps_v(const TensorView<const T>& /*v*/, int /*d*/) { return true; }
+
   // V rows 2q and 2q + 1 interleaved into pair row q: (V[2q][c], V[2q+1][c]) for every c.
   static KvTile stage_v(KvElem* stage, const TensorView<const T>& v, index_t b, index_t h, index_t k0, int cols,
-                        int d) {
+                        int d, bool /*copy: V is always staged*/ = false) {
     const __m512i lo_idx = interleave_index(0), hi_idx = interleave_index(16);
     for (int q = 0; q < pairs(cols); ++q) {
       const T* r0 = v.row(b, k0 + 2 * q, h);
