@@ -20,16 +20,18 @@ extern "C" void openblas_set_num_threads(int);
 
 namespace flashattn::bench {
 
-// A clock for rates. One thread: the process's CPU time, so that work on the other core (these machines
-// are shared) does not count against us or the reference; several threads: wall time, the only honest
-// measure of a parallel speed-up.
+// A clock for rates. One thread: the calling thread's CPU time, where all one-thread work runs (our kernels
+// with num_threads = 1, Eigen and OpenBLAS set to one thread), so that neither work on the other core (these
+// machines are shared) nor idle pool threads of this process count against us or the reference (OpenBLAS's
+// workers spin for a while after start-up: on process CPU time the one-thread FMA peak read ~165 GFLOP/s
+// instead of ~250 on Zen 5). Several threads: wall time, the only honest measure of a parallel speed-up.
 class RateClock {
  public:
   explicit RateClock(int threads) : cpu_(threads <= 1) {}
   double now() const {
     if (!cpu_) return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
     timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
     return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
   }
 
