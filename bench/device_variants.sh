@@ -2,7 +2,7 @@
 # Several builds of the kernels, side by side with PyTorch in one process: each LABEL:DEFINES argument
 # builds bench/torch_shim.cpp with those compile definitions, then bench/compare_torch.py alternates every
 # build and torch shape by shape. For trying a kernel change on a machine too noisy for separate runs.
-#   bash bench/device_variants.sh "base:" "prefetch:-DFLASHATTN_PREFETCH=1" "staged:-DFLASHATTN_STAGE_KV=1"
+#   bash bench/device_variants.sh "base:" "prefetch:-DFLASHATTN_PREFETCH=1" "nocache:-DFLASHATTN_KV_CACHE_BYTES=0"
 # Environment: THREADS (default 1), PIN (taskset core list; default 3 with one thread, none otherwise), LAYOUTS,
 # NS, DS, CAUSAL, ROUNDS, REPS (compare_torch.py's options).
 set -euo pipefail
