@@ -33,7 +33,8 @@ class ForwardKernel {
   using KvTile = typename Ops::KvTile;
   using KvCache = KvTileCache<KvTile, typename Ops::KvElem>;
 
-  // The working set of one worker, reused across its programs.
+  // The working set of one worker, reused across its programs of one call (the K/V tiles it keeps are
+  // that call's data: a new call takes a new Scratch).
   class Scratch {
    public:
     explicit Scratch(int d)
