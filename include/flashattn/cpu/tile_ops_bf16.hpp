@@ -85,7 +85,7 @@ struct StorageOps<T, BlockQ, BlockKV, HeadDim, Isa::Avx512Bf16, std::enable_if_t
   // staged.
   static KvTile stage_k(KvElem* stage, const TensorView<const T>& k, index_t b, index_t h, index_t k0, int cols,
                         int d, bool copy = false) {
-    const bool pairs_adjacent = k.stride_dim == 1 && d % 2 == 0;
+    const bool pairs_adjacent = adjacent_pairs(k, d);
     if (pairs_adjacent && !copy) return {reinterpret_cast<const KvElem*>(k.row(b, k0, h)), k.stride_seq};
     const int width = 2 * pairs(d);
     for (int j = 0; j < cols; ++j) {
@@ -101,9 +101,7 @@ struct StorageOps<T, BlockQ, BlockKV, HeadDim, Isa::Avx512Bf16, std::enable_if_t
 
   // Whether staged tiles are worth keeping for a head's later query blocks (kv_tile_cache.hpp): K when it
   // is staged or its rows in place are not contiguous; V always (it is always interleaved).
-  static bool keeps_k(const TensorView<const T>& k, int d) {
-    return !(k.stride_dim == 1 && d % 2 == 0 && k.stride_seq == d);
-  }
+  static bool keeps_k(const TensorView<const T>& k, int d) { return !(adjacent_pairs(k, d) && k.stride_seq == d); }
   static bool keeps_v(const TensorView<const T>& /*v*/, int /*d*/) { return true; }
 
   // V rows 2q and 2q + 1 interleaved into pair row q: (V[2q][c], V[2q+1][c]) for every c.
@@ -156,6 +154,9 @@ struct StorageOps<T, BlockQ, BlockKV, HeadDim, Isa::Avx512Bf16, std::enable_if_t
   }
 
  private:
+  // A K row's (2p, 2p + 1) pairs lie side by side in memory: it can be read in place with 32-bit broadcasts.
+  static bool adjacent_pairs(const TensorView<const T>& k, int d) { return k.stride_dim == 1 && d % 2 == 0; }
+
   // permutex2var index that interleaves 16 bf16 of `a` (from `first`) with the same 16 of `b`
   // (index bit 5 selects b).
   static __m512i interleave_index(int first) {
