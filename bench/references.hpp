@@ -52,13 +52,16 @@ double median_seconds(int reps, F&& f, int threads = 1) {
   return t[t.size() / 2];
 }
 
-// FMA peak: 16 independent accumulators per thread (enough to cover latency × 2 FMA pipes), nothing but
-// FMAs in the loop. GFLOP/s counts 2 flops per lane per FMA.
+// FMA peak: independent accumulators per thread (enough to cover latency × 2 FMA pipes), nothing but
+// FMAs in the loop. GFLOP/s counts 2 flops per lane per FMA. 16 of AVX-512's 32 registers; 12 of AVX2's
+// 16, since the two operands need registers too (16 accumulators there spill, and the loop measured half
+// the peak on Zen 3).
 inline double fma_peak_gflops(int threads = 1) {
   using V = cpu::Simd<float, cpu::kBestIsa>;
+  constexpr int kAcc = cpu::is_avx512(cpu::kBestIsa) ? 16 : 12;
   constexpr long kIters = 20'000'000;
   auto kernel = [] {
-    typename V::Reg acc[16];
+    typename V::Reg acc[kAcc];
     for (auto& a : acc) a = V::set1(1.0f);
     const typename V::Reg x = V::set1(0.999999f), y = V::set1(1e-7f);
     for (long i = 0; i < kIters; ++i) {
@@ -67,7 +70,7 @@ inline double fma_peak_gflops(int threads = 1) {
     }
     float sink[V::width];
     typename V::Reg s = acc[0];
-    for (int k = 1; k < 16; ++k) s = V::add(s, acc[k]);
+    for (int k = 1; k < kAcc; ++k) s = V::add(s, acc[k]);
     V::store(sink, s);
     asm volatile("" ::"m"(sink));
   };
@@ -80,7 +83,7 @@ inline double fma_peak_gflops(int threads = 1) {
         for (auto& th : pool) th.join();
       },
       threads);
-  return double(threads) * kIters * 16.0 * V::width * 2.0 / sec * 1e-9;
+  return double(threads) * kIters * double(kAcc) * V::width * 2.0 / sec * 1e-9;
 }
 
 // C (m, n) = A (m, k) · B (k, n), fp32, Eigen.

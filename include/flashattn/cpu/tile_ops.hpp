@@ -45,11 +45,13 @@ struct TileOps {
   static constexpr int kQueryPackets = BlockQ / W;
   static_assert(BlockQ % W == 0, "BlockQ must be a multiple of the packet width");
 
-  // Enough independent accumulators to cover FMA latency × throughput, few enough to leave registers for
-  // the operands (16 of 32 zmm; 8 of 16 ymm). Two query packets per block (NI = 2, so NJ = 8 on AVX-512)
-  // measured fastest on Zen 5: 225 GFLOP/s for both qk and pv at BlockQ = 64, d = 128, against 100–150
-  // for NI = 4 (GCC spills part of the 4 × 4 block) and 78 for NI = 1 (docs/performance.md).
-  static constexpr int kAccumulators = is_avx512(isa) ? 16 : 8;
+  // Enough independent accumulators to cover FMA latency × throughput (4 cycles × 2 pipes = 8 at least),
+  // few enough to leave registers for the operands: 16 of AVX-512's 32, 12 of AVX2's 16 (two query
+  // packets and one broadcast take three more). Two query packets per block (NI = 2, so NJ = 8 on AVX-512,
+  // 6 on AVX2). Measured (docs/performance.md): on Zen 5, 225 GFLOP/s for both qk and pv at BlockQ = 64,
+  // d = 128, against 100–150 for NI = 4 (GCC spills part of the 4 × 4 block) and 78 for NI = 1; on Zen 3
+  // (AVX2), 12 accumulators run the tile ~1.6× faster than 8 (those leave the FMA pipes half idle).
+  static constexpr int kAccumulators = is_avx512(isa) ? 16 : 12;
   static constexpr int NI = kQueryPackets % 2 == 0 ? 2 : 1;
   static constexpr int NJ = std::max(1, kAccumulators / NI);
   static constexpr int NC = NJ;
@@ -63,7 +65,7 @@ struct TileOps {
       next.issue(j, j + NJ);
       qk_block<NJ>(st, qt, k, k_ld, depth);
     }
-    for (; j < cols; ++j, st += BlockQ, k += k_ld) qk_block<1>(st, qt, k, k_ld, depth);
+    if (j < cols) qk_tail<NJ - 1>(cols - j, st, qt, k, k_ld, depth);
   }
 
   // ot (d, BlockQ) = ot · diag(alpha) + Vᵀ(d, cols) · Pᵀ(cols, BlockQ). v: row-major, leading dimension v_ld.
@@ -77,10 +79,28 @@ struct TileOps {
       next.issue_share(block, blocks);
       pv_block<NC>(ot, alpha, pt, v, v_ld, cols);
     }
-    for (; c < width; ++c, ot += BlockQ, ++v) pv_block<1>(ot, alpha, pt, v, v_ld, cols);
+    if (c < width) pv_tail<NC - 1>(width - c, ot, alpha, pt, v, v_ld, cols);
   }
 
  private:
+  // The last rows (qk) or columns (pv) that do not fill a block: one block of exactly that many, chosen
+  // by recursion on the compile-time size, rather than one-wide blocks that would leave all but NI
+  // accumulators idle (a 6-wide block leaves 4 of 64 keys and 2 of 128 head-dim columns over on AVX2).
+  template <int nj>
+  static void qk_tail(int left, Acc* st, const Acc* qt, const Acc* k, index_t k_ld, int depth) {
+    if constexpr (nj > 1) {
+      if (left != nj) return qk_tail<nj - 1>(left, st, qt, k, k_ld, depth);
+    }
+    qk_block<nj>(st, qt, k, k_ld, depth);
+  }
+  template <int nc>
+  static void pv_tail(int left, Acc* ot, const Acc* alpha, const Acc* pt, const Acc* v, index_t v_ld, int cols) {
+    if constexpr (nc > 1) {
+      if (left != nc) return pv_tail<nc - 1>(left, ot, alpha, pt, v, v_ld, cols);
+    }
+    pv_block<nc>(ot, alpha, pt, v, v_ld, cols);
+  }
+
   template <int nj>
   static void qk_block(Acc* st, const Acc* qt, const Acc* k, index_t k_ld, int depth) {
     for (int i0 = 0; i0 < kQueryPackets; i0 += NI) {
