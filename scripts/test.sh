@@ -22,7 +22,7 @@ cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_
 cmake --build "$build" -j "$jobs"
 
 set +e
-(cd "$build" && ctest --output-on-failure -j "$jobs") 2>&1 | tee "$build/ctest.log"
+(cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 600) 2>&1 | tee "$build/ctest.log"
 rc=${PIPESTATUS[0]}
 set -e
 

@@ -6,9 +6,8 @@
 // A call hands the pool one job: "run task() on up to `helpers` threads". The caller runs task() too, and
 // after its own run returns it waits only for the helpers that have *started*; the ones that have not are
 // cancelled. That is enough because every task drains a shared WorkQueue: once the caller's run returns,
-// the queue is empty and a late helper would find nothing to do. So a busy pool (another caller's job) or
-// a pool without threads (the child of a fork) delays a call but can never block it, and concurrent calls
-// from several user threads stay independent.
+// the queue is empty and a late helper would find nothing to do. So a busy pool (another caller's job)
+// delays a call but can never block it, and concurrent calls from several user threads stay independent.
 
 #include <algorithm>
 #include <condition_variable>
@@ -17,17 +16,23 @@
 #include <thread>
 #include <vector>
 
+#if defined(__unix__) || defined(__APPLE__)
+#include <pthread.h>
+#endif
+
 namespace flashattn::cpu {
 
 class ThreadPool {
  public:
   // The process's pool. Never destroyed: joining its threads at exit would race with static destruction
-  // elsewhere and would hang in a forked child (which inherits the object but not the threads); idle
-  // threads blocked on a condition variable end with the process.
-  static ThreadPool& instance() {
-    static ThreadPool* pool = new ThreadPool;
-    return *pool;
-  }
+  // elsewhere; idle threads blocked on a condition variable end with the process.
+  //
+  // A forked child gets a new, empty pool. It inherits the parent's pool object but none of its threads,
+  // and the object's mutex and condition variables as they were at the fork: a condition variable with
+  // waiters that no longer exist can block notify_all() for ever (glibc waits for those waiters to leave
+  // the old group), and the mutex may be held by a thread that is gone. The child's first call therefore
+  // must not touch the inherited object, which stays allocated and unused.
+  static ThreadPool& instance() { return *current(); }
 
   // Calls task() on the calling thread and on up to `helpers` pool threads; returns when the caller's call
   // and every helper call that started have returned. task() must not throw.
@@ -54,6 +59,18 @@ class ThreadPool {
 
  private:
   ThreadPool() = default;
+
+  // The slot instance() reads, and the fork handler that refills it in a child (registered once, with the
+  // first pool; in the child the forking thread is the only thread, so nothing reads the slot meanwhile).
+  static ThreadPool*& current() {
+    static ThreadPool* pool = [] {
+#if defined(__unix__) || defined(__APPLE__)
+      pthread_atfork(nullptr, nullptr, [] { current() = new ThreadPool; });
+#endif
+      return new ThreadPool;
+    }();
+    return pool;
+  }
 
   struct Job {
     void (*call)(void*);
