@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""Compiles every translation unit of a configured CMake build folder with -fsyntax-only: the front end
+in full (parsing, every template instantiation, the warnings -Werror turns into errors) without code
+generation, which is most of the time these heavily templated files take. CI uses it for the benchmark
+programs, which the test build does not build (bench/run.sh and docs/performance.md build them).
+
+    python3 .ci/syntax_only.py BUILD_DIR [PATH_PREFIX] [--jobs N]
+
+BUILD_DIR must be configured with -DCMAKE_EXPORT_COMPILE_COMMANDS=ON. Only files under PATH_PREFIX
+(relative to the source tree; default: all) are checked. Prints one line per file as it finishes.
+"""
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("build_dir")
+    ap.add_argument("prefix", nargs="?", default="")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    args = ap.parse_args()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(args.build_dir, "compile_commands.json")) as f:
+        entries = json.load(f)
+    prefix = os.path.join(root, args.prefix)
+    entries = [e for e in entries if os.path.abspath(e["file"]).startswith(prefix)]
+    if not entries:
+        sys.exit(f"syntax_only.py: no translation units under {prefix} in {args.build_dir}")
+
+    def check(entry):
+        argv = entry["arguments"] if "arguments" in entry else shlex.split(entry["command"])
+        start = time.time()
+        # -fsyntax-only writes no object file; the -o of the original command is ignored.
+        proc = subprocess.run(argv + ["-fsyntax-only"], cwd=entry["directory"], capture_output=True, text=True)
+        return entry["file"], proc.returncode, proc.stdout + proc.stderr, time.time() - start
+
+    failed = 0
+    with ThreadPoolExecutor(args.jobs) as pool:
+        for i, (path, rc, out, seconds) in enumerate(pool.map(check, entries), 1):
+            status = "ok" if rc == 0 else "FAILED"
+            print(f"[{i}/{len(entries)}] {status} {os.path.relpath(path, root)} ({seconds:.0f} s)", flush=True)
+            if rc != 0:
+                failed += 1
+                print(out, flush=True)
+    if failed:
+        sys.exit(f"syntax_only.py: {failed} of {len(entries)} translation units failed")
+
+
+if __name__ == "__main__":
+    main()
