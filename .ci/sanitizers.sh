@@ -44,7 +44,7 @@ if [[ $what == all || $what == asan ]]; then
   say "ASan+UBSan: ctest"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir "$asan_dir" -LE packaging --output-on-failure -j "$jobs" --timeout 900
+    ctest --test-dir "$asan_dir" -LE packaging --output-on-failure -j "$jobs" --timeout 600
 fi
 
 if [[ $what == all || $what == tsan ]]; then
@@ -56,7 +56,7 @@ if [[ $what == all || $what == tsan ]]; then
   # *_NOT_BUILT entries, which the regex leaves out), but the fork test: TSan ends a forked child that
   # starts threads (die_after_fork), and the child's new pool does.
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-    ctest --test-dir "$tsan_dir" --output-on-failure -j "$jobs" --timeout 900 \
+    ctest --test-dir "$tsan_dir" --output-on-failure -j "$jobs" --timeout 600 \
       -R '^(Concurrency|WorkerPool)\.' -E 'ForkedChild'
 fi
 say "passed"

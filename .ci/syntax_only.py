@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Compiles every translation unit of a configured CMake build folder with -fsyntax-only: the front end
-in full (parsing, every template instantiation, the warnings -Werror turns into errors) without code
-generation, which is most of the time these heavily templated files take. CI uses it for the benchmark
-programs, which the test build does not build (bench/run.sh and docs/performance.md build them).
+in full (parsing, every template instantiation, the front end's warnings as -Werror errors) without code
+generation, which is most of the time these heavily templated files take. Not checked: the warnings of
+the optimiser (-Warray-bounds, -Wstringop-*, ...) and linking. CI uses it for the benchmark programs,
+which the test build does not build (bench/run.sh and docs/performance.md build them).
 
     python3 .ci/syntax_only.py BUILD_DIR [PATH_PREFIX] [--jobs N]
 
 BUILD_DIR must be configured with -DCMAKE_EXPORT_COMPILE_COMMANDS=ON. Only files under PATH_PREFIX
-(relative to the source tree; default: all) are checked. Prints one line per file as it finishes.
+(relative to the source tree; default: all) are checked. Prints one line per TU as it finishes,
+named by its object file (one source can be several TUs, e.g. with different macros).
 """
 import argparse
 import json
@@ -16,7 +18,7 @@ import shlex
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 
 def main():
@@ -28,8 +30,8 @@ def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with open(os.path.join(args.build_dir, "compile_commands.json")) as f:
         entries = json.load(f)
-    prefix = os.path.join(root, args.prefix)
-    entries = [e for e in entries if os.path.abspath(e["file"]).startswith(prefix)]
+    prefix = os.path.join(os.path.join(root, args.prefix), "")  # a trailing separator: bench/, not bench*
+    entries = [e for e in entries if os.path.abspath(os.path.join(e["directory"], e["file"])).startswith(prefix)]
     if not entries:
         sys.exit(f"syntax_only.py: no translation units under {prefix} in {args.build_dir}")
 
@@ -38,13 +40,17 @@ def main():
         start = time.time()
         # -fsyntax-only writes no object file; the -o of the original command is ignored.
         proc = subprocess.run(argv + ["-fsyntax-only"], cwd=entry["directory"], capture_output=True, text=True)
-        return entry["file"], proc.returncode, proc.stdout + proc.stderr, time.time() - start
+        # Named by the object file it stands for (CMake 3.25 writes no "output" key; the -o argument).
+        name = argv[argv.index("-o") + 1] if "-o" in argv[:-1] else entry["file"]
+        return name, proc.returncode, proc.stdout + proc.stderr, time.time() - start
 
     failed = 0
     with ThreadPoolExecutor(args.jobs) as pool:
-        for i, (path, rc, out, seconds) in enumerate(pool.map(check, entries), 1):
+        futures = [pool.submit(check, e) for e in entries]
+        for i, future in enumerate(as_completed(futures), 1):
+            name, rc, out, seconds = future.result()
             status = "ok" if rc == 0 else "FAILED"
-            print(f"[{i}/{len(entries)}] {status} {os.path.relpath(path, root)} ({seconds:.0f} s)", flush=True)
+            print(f"[{i}/{len(entries)}] {status} {name} ({seconds:.0f} s)", flush=True)
             if rc != 0:
                 failed += 1
                 print(out, flush=True)

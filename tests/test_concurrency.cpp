@@ -17,6 +17,8 @@
 #if defined(__unix__)
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 #endif
 
 #include "flashattn/attention.hpp"
@@ -309,14 +311,20 @@ TEST(WorkerPool, ForkedChildCanStillCallWithThreads) {
     const pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
+      signal(SIGALRM, SIG_DFL);  // an ignored SIGALRM is inherited; the alarm must end the child
       alarm(30);
-      _exit(p.run(call) == one ? 0 : 1);
+      try {
+        _exit(p.run(call) == one ? 0 : 1);
+      } catch (...) {
+        _exit(2);  // not gtest's handler: that would finish the test inside the child
+      }
     }
     int status = 0;
     ASSERT_EQ(waitpid(pid, &status, 0), pid);
     ASSERT_TRUE(WIFEXITED(status)) << "fork " << i << ": the child did not exit (signal "
                                    << (WIFSIGNALED(status) ? WTERMSIG(status) : 0) << "; SIGALRM means it hung)";
-    EXPECT_EQ(WEXITSTATUS(status), 0) << "fork " << i << ": the child's result differs from the parent's";
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "fork " << i << (WEXITSTATUS(status) == 2 ? ": the child's call threw"
+                                                                           : ": the child's result differs from the parent's");
   }
 }
 #endif

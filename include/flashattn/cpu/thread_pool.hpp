@@ -10,6 +10,7 @@
 // delays a call but can never block it, and concurrent calls from several user threads stay independent.
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -24,15 +25,31 @@ namespace flashattn::cpu {
 
 class ThreadPool {
  public:
-  // The process's pool. Never destroyed: joining its threads at exit would race with static destruction
-  // elsewhere; idle threads blocked on a condition variable end with the process.
+  // The process's pool, created by the first call that needs one. Never destroyed: joining its threads at
+  // exit would race with static destruction elsewhere; idle threads blocked on a condition variable end
+  // with the process.
   //
   // A forked child gets a new, empty pool. It inherits the parent's pool object but none of its threads,
   // and the object's mutex and condition variables as they were at the fork: a condition variable with
   // waiters that no longer exist can block notify_all() for ever (glibc waits for those waiters to leave
-  // the old group), and the mutex may be held by a thread that is gone. The child's first call therefore
-  // must not touch the inherited object, which stays allocated and unused.
-  static ThreadPool& instance() { return *current(); }
+  // the old group), and the mutex may be held by a thread that is gone. So a fork handler empties the
+  // slot in the child (and keeps the old object reachable, unused), and the child's first call creates a
+  // pool of its own. The handler only swaps pointers: no allocation and no lock, nothing a fork-then-exec
+  // child could wait on.
+  static ThreadPool& instance() {
+    ThreadPool* pool = current_.load(std::memory_order_acquire);
+    if (pool != nullptr) return *pool;
+#if defined(__unix__) || defined(__APPLE__)
+    // Registered before the first pool is published, by whichever thread gets here first. (A fork that
+    // lands between another thread's exchange and its pthread_atfork would leave that child with the
+    // parent's pool: a window of nanoseconds, once per process.)
+    if (!fork_handler_registered_.exchange(true)) pthread_atfork(nullptr, nullptr, &forget_pool_in_child);
+#endif
+    auto* fresh = new ThreadPool;
+    if (current_.compare_exchange_strong(pool, fresh, std::memory_order_acq_rel)) return *fresh;
+    delete fresh;  // another thread published its pool first; this one never started a thread
+    return *pool;
+  }
 
   // Calls task() on the calling thread and on up to `helpers` pool threads; returns when the caller's call
   // and every helper call that started have returned. task() must not throw.
@@ -60,17 +77,19 @@ class ThreadPool {
  private:
   ThreadPool() = default;
 
-  // The slot instance() reads, and the fork handler that refills it in a child (registered once, with the
-  // first pool; in the child the forking thread is the only thread, so nothing reads the slot meanwhile).
-  static ThreadPool*& current() {
-    static ThreadPool* pool = [] {
-#if defined(__unix__) || defined(__APPLE__)
-      pthread_atfork(nullptr, nullptr, [] { current() = new ThreadPool; });
-#endif
-      return new ThreadPool;
-    }();
-    return pool;
+  // In a forked child (the only thread there): empty the slot, chaining the inherited pool onto the
+  // retired list so that it stays reachable (no leak report at the child's exit).
+  static void forget_pool_in_child() {
+    ThreadPool* inherited = current_.exchange(nullptr, std::memory_order_relaxed);
+    if (inherited == nullptr) return;
+    inherited->next_retired_ = retired_.load(std::memory_order_relaxed);
+    retired_.store(inherited, std::memory_order_relaxed);
   }
+
+  // Constant-initialised (no guard variable that a fork could leave locked).
+  inline static std::atomic<ThreadPool*> current_{nullptr};
+  inline static std::atomic<ThreadPool*> retired_{nullptr};  // pools inherited through fork, newest first
+  inline static std::atomic<bool> fork_handler_registered_{false};
 
   struct Job {
     void (*call)(void*);
@@ -103,6 +122,7 @@ class ThreadPool {
   std::condition_variable done_cv_;  // a helper run returned
   std::deque<Job*> queue_;           // jobs with unclaimed helper runs, oldest first
   std::vector<std::thread> threads_;
+  ThreadPool* next_retired_ = nullptr;  // the next older pool on the retired list
 };
 
 }  // namespace flashattn::cpu
