@@ -4,7 +4,7 @@
 # build and torch shape by shape. For trying a kernel change on a machine too noisy for separate runs.
 #   bash bench/device_variants.sh "base:" "prefetch:-DFLASHATTN_PREFETCH=1" "nocache:-DFLASHATTN_KV_CACHE_BYTES=0"
 # Environment: THREADS (default 1), PIN (taskset core list; default 3 with one thread, none otherwise), LAYOUTS,
-# NS, DS, CAUSAL, ROUNDS, REPS (compare_torch.py's options).
+# NS, DS, CAUSAL, DTYPES, ROUNDS, REPS (compare_torch.py's options).
 set -euo pipefail
 mkdir -p /tmp/flashattn-shims
 flags=(-O2 -march=native -std=c++17 -shared -fPIC -fvisibility=hidden -fvisibility-inlines-hidden -Wl,-Bsymbolic
@@ -22,5 +22,5 @@ threads=${THREADS:-1}
 pin=${PIN-}
 [ "$threads" = 1 ] && pin=${PIN:-3}
 ${pin:+taskset -c "$pin"} python3 bench/compare_torch.py --shim "$shims" --threads "$threads" \
-  --layouts "${LAYOUTS:-bhsd,bshd}" --n "${NS:-1024,4096}" --d "${DS:-64,128}" --causal "${CAUSAL:-0,1}" \
+  --layouts "${LAYOUTS:-bhsd,bshd}" --n "${NS:-1024,4096}" --d "${DS:-64,128}" --causal "${CAUSAL:-0,1}" --dtypes "${DTYPES:-fp32}" \
   --rounds "${ROUNDS:-3}" --reps "${REPS:-3}"

@@ -10,6 +10,7 @@
 #include <tuple>
 #include <type_traits>
 
+#include "flashattn/cpu/amx.hpp"
 #include "flashattn/cpu/isa.hpp"
 #include "flashattn/cpu/tiles.hpp"
 
@@ -36,6 +37,8 @@ inline bool cpu_runs(cpu::Isa isa) {
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     case cpu::Isa::Avx512Bf16:
       return cpu_runs(cpu::Isa::Avx512) && __builtin_cpu_supports("avx512bf16");
+    case cpu::Isa::Amx:  // also asks the OS for the tile state (always true under FLASHATTN_AMX_EMULATE)
+      return cpu_runs(cpu::Isa::Avx512Bf16) && cpu::amx::usable();
   }
   return false;
 }

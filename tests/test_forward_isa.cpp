@@ -1,7 +1,7 @@
 // The forward pass on every other instruction set this build can run: the portable path (packet width
 // 1, so odd tile sizes are legal and exercised), AVX2, plain AVX-512 (also for the 16-bit types, whose
 // default may be the bf16 dot-product path) with query blocks of an odd number of packets, and the
-// AVX-512 BF16 path with an odd key block. Instruction sets not compiled in are dropped from the list; those
+// AVX-512 BF16 path with an odd key block, and the AMX path. Instruction sets not compiled in are dropped from the list; those
 // compiled in but not supported by the CPU are reported as skipped.
 
 #include "forward_cases.hpp"
@@ -23,7 +23,10 @@ using OtherIsaConfigs = CompiledConfigs<
     Pair<float, TileSpec<48, 16, Isa::Avx512>>, Pair<double, TileSpec<24, 40, Isa::Avx512>>,
     Pair<Eigen::bfloat16, TileSpec<32, 16, Isa::Avx512>>,
     // bf16 dot products take keys in pairs: an odd key block leaves a half pair in every tile.
-    Pair<Eigen::bfloat16, TileSpec<48, 17, Isa::Avx512Bf16>>>;
+    Pair<Eigen::bfloat16, TileSpec<48, 17, Isa::Avx512Bf16>>,
+    // The AMX tile unit (where compiled in, i.e. -march on an AMX CPU): an odd number of 16-query tiles,
+    // and the default shape. tests/test_forward_amx.cpp runs the same on the emulated unit everywhere.
+    Pair<Eigen::bfloat16, TileSpec<48, 32, Isa::Amx>>, Pair<Eigen::bfloat16, TileSpec<64, 64, Isa::Amx>>>;
 
 INSTANTIATE_TYPED_TEST_SUITE_P(OtherIsa, ForwardTest, OtherIsaConfigs, ConfigName);
 

@@ -94,6 +94,7 @@ TYPED_TEST(SimdTest, WidthFitsTheInstructionSet) {
       break;
     case Isa::Avx512:
     case Isa::Avx512Bf16:
+    case Isa::Amx:
       EXPECT_EQ(bits, 512);
       break;
   }
@@ -241,6 +242,7 @@ TYPED_TEST(SimdTest, TransposeMovesEveryElementOnce) {
 
 TEST(Isa, CompiledPathsRunOnThisCpu) {
   EXPECT_TRUE(cpu::is_compiled(Isa::Portable));
+  // (Isa::Amx is left out: compiled in, it still needs the OS's permission, which dispatch asks at run time.)
   for (Isa isa : {Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16}) {
     if (cpu::is_compiled(isa)) {
       EXPECT_TRUE(cpu_runs(isa)) << cpu::isa_name(isa);

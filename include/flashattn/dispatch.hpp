@@ -39,9 +39,13 @@ void dispatch_head_dim(const ForwardParams<T>& p, const Mask& mask, Accounting& 
 // mask. Tall blocks pay for full attention only: under a causal or other band mask the partial tiles along
 // the diagonal grow with the block height, and on the Xeon where tall blocks win unmasked, 64-row blocks
 // were 10–25 % faster causal at N = 1024 and level at N = 4096 (docs/performance.md).
+// bf16 goes to the AMX tile unit where this build has it and the CPU and OS allow it (cpu/amx.hpp).
 template <class TileChoice, class T, class Mask, class Accounting>
 void dispatch_tiles(const ForwardParams<T>& p, const Mask& mask, Accounting& acct) {
   if constexpr (std::is_same_v<TileChoice, AutoTiles>) {
+    if constexpr (cpu::is_bf16<T> && cpu::is_compiled(cpu::Isa::Amx)) {
+      if (cpu::amx::usable()) return dispatch_head_dim<cpu::AmxTiles<T>>(p, mask, acct);
+    }
     if constexpr (std::is_same_v<Mask, NoMask>) {  // masked calls never instantiate the tall kernels
       if (cpu::tall_query_blocks()) return dispatch_head_dim<cpu::TallTiles<T>>(p, mask, acct);
     }

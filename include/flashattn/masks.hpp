@@ -8,7 +8,9 @@
 // The kernel visits only [kv_begin, kv_end), asks tile() once per tile, and calls keep()/score() only
 // where tile() said Partial (or where modifies_scores). New masks are new policy types; the kernel does
 // not change. A policy whose behaviour depends on the (batch, head) being computed (ALiBi slopes,
-// per-head bias) provides `for_head(b, h)` returning the policy for that head.
+// per-head bias) provides `for_head(b, h)` returning the policy for that head. A policy whose kept queries
+// for a key form one interval may also say so (`lowest_query(j)`, `highest_query(j)`, as BandMask does):
+// the CPU kernel then masks a Partial tile by ranges, row by row, instead of asking keep() per element.
 
 #include <algorithm>
 #include <limits>
@@ -60,6 +62,10 @@ struct BandMask {
   template <class S>
   FLASHATTN_HOST_DEVICE S score(index_t, index_t, S s) const { return s; }
 
+  // The same band seen from key j: the queries that keep it, [lowest_query(j), highest_query(j)].
+  FLASHATTN_HOST_DEVICE index_t lowest_query(index_t j) const { return j - offset - right; }
+  FLASHATTN_HOST_DEVICE index_t highest_query(index_t j) const { return j - offset + left; }
+
   // Rows [q0, q1) together keep keys in [lowest_key(q0), highest_key(q1 - 1)], clipped to [0, seq_k).
   FLASHATTN_HOST_DEVICE index_t kv_begin(index_t q0, index_t /*q1*/) const {
     return clamp_key(lowest_key(q0));
@@ -79,6 +85,15 @@ struct BandMask {
   static index_t bound(index_t w) { return w < 0 || w > kUnbounded ? kUnbounded : w; }
   FLASHATTN_HOST_DEVICE index_t clamp_key(index_t j) const { return std::min(std::max(j, index_t{0}), seq_k); }
 };
+
+// Whether a policy names, for each key j, the one interval of queries that keep it (lowest_query(j),
+// highest_query(j)).
+template <class Mask, class = void>
+struct has_query_range : std::false_type {};
+template <class Mask>
+struct has_query_range<Mask, std::void_t<decltype(std::declval<const Mask&>().lowest_query(index_t{})),
+                                         decltype(std::declval<const Mask&>().highest_query(index_t{}))>>
+    : std::true_type {};
 
 // A user-written element mask: `keep(i, j)` from any callable. Every tile is Partial, so the callable is
 // asked for every score; write a full policy (kv_begin/kv_end/tile) when the structure lets tiles be

@@ -11,9 +11,11 @@
 #include <limits>
 
 #include "flashattn/accounting.hpp"
+#include "flashattn/cpu/amx.hpp"
 #include "flashattn/cpu/aligned_buffer.hpp"
 #include "flashattn/cpu/forward_kernel.hpp"
 #include "flashattn/cpu/parallel.hpp"
+#include "flashattn/errors.hpp"
 #include "flashattn/masks.hpp"
 #include "flashattn/params.hpp"
 
@@ -40,6 +42,11 @@ int worker_count(const ForwardParams<T>& p, int requested) {
 
 template <class T, class TileConfig, int HeadDim, class Mask, class Accounting = NoAccounting>
 void run_forward(const ForwardParams<T>& p, const Mask& mask, Accounting& acct) {
+  if constexpr (TileConfig::isa == Isa::Amx) {
+    if (!amx::usable())
+      throw InvalidArgument("tiles: the instruction set is Isa::Amx, but this CPU or operating system does not "
+                            "allow AMX tile instructions (use AutoTiles to pick the best usable path)");
+  }
   using Kernel = ForwardKernel<T, TileConfig, HeadDim>;
   using Acc = typename Kernel::Acc;
   constexpr int BlockQ = Kernel::BlockQ, BlockKV = Kernel::BlockKV;

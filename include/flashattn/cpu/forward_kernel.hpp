@@ -14,6 +14,7 @@
 #include "flashattn/cpu/kv_tile_cache.hpp"
 #include "flashattn/cpu/online_softmax.hpp"
 #include "flashattn/cpu/tile_ops.hpp"
+#include "flashattn/cpu/tile_ops_amx.hpp"
 #include "flashattn/cpu/tile_ops_bf16.hpp"
 #include "flashattn/cpu/tiles.hpp"
 #include "flashattn/cpu/transpose.hpp"
@@ -34,11 +35,13 @@ class ForwardKernel {
   using KvCache = KvTileCache<KvTile, typename Ops::KvElem>;
 
   // The working set of one worker, reused across its programs of one call (the K/V tiles it keeps are
-  // that call's data: a new call takes a new Scratch).
+  // that call's data: a new call takes a new Scratch). Created and destroyed on the worker's thread, so
+  // that it can also hold what the micro-kernels need set up on that thread (worker_setup_t).
   class Scratch {
    public:
     explicit Scratch(int d)
-        : qt_(Ops::q_elems(d)),
+        : setup_(),
+          qt_(Ops::q_elems(d)),
           k_stage_(Ops::kv_stage_elems(d)),
           v_stage_(Ops::kv_stage_elems(d)),
           ot_(std::size_t(d) * BlockQ),
@@ -58,6 +61,7 @@ class ForwardKernel {
     KvCache& kv_cache() { return kv_cache_; }              // staged tiles kept for the head's next blocks
 
    private:
+    worker_setup_t<Ops> setup_;  // first: set up before, and torn down after, everything that uses it
     AlignedBuffer<typename Ops::QElem> qt_;
     AlignedBuffer<typename Ops::KvElem> k_stage_, v_stage_;
     AlignedBuffer<Acc> ot_, st_, rows_;
@@ -176,10 +180,23 @@ class ForwardKernel {
   }
 
   // Partial tiles: masked scores become −inf (probability exactly 0). Score modifiers are applied here, in
-  // natural units.
+  // natural units. A mask that names the interval of queries keeping each key (has_query_range) is
+  // applied by ranges: a row of Sᵀ is one key, so the masked part of it is a prefix and a suffix, filled
+  // with vector stores instead of BlockQ calls to keep() (on the Xeon the element-wise test was a large
+  // part of causal calls at N = 1024, where the diagonal's tiles are a large share of the work).
   template <class Mask>
   static void apply_mask(Acc* st, const Mask& mask, index_t q0, int rows, index_t k0, int cols, Acc scale) {
     constexpr Acc neg_inf = -std::numeric_limits<Acc>::infinity();
+    if constexpr (has_query_range<Mask>::value && !Mask::modifies_scores) {
+      for (int j = 0; j < cols; ++j) {
+        Acc* s_row = st + j * BlockQ;
+        const index_t lo = std::clamp<index_t>(mask.lowest_query(k0 + j) - q0, 0, rows);
+        const index_t hi = std::clamp<index_t>(mask.highest_query(k0 + j) - q0 + 1, lo, rows);
+        std::fill(s_row, s_row + lo, neg_inf);
+        std::fill(s_row + hi, s_row + rows, neg_inf);
+      }
+      return;
+    }
     for (int j = 0; j < cols; ++j) {
       Acc* s_row = st + j * BlockQ;
       for (int i = 0; i < rows; ++i) {

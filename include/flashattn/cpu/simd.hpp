@@ -189,6 +189,8 @@ struct Simd<double, Isa::Avx512> {
 // Same packets; the bf16 dot products live in the bf16 tile ops.
 template <class Acc>
 struct Simd<Acc, Isa::Avx512Bf16> : Simd<Acc, Isa::Avx512> {};
+template <class Acc>
+struct Simd<Acc, Isa::Amx> : Simd<Acc, Isa::Avx512> {};
 #endif
 
 }  // namespace flashattn::cpu

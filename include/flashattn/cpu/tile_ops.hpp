@@ -166,7 +166,8 @@ namespace flashattn::cpu {
 // The tile ops as a storage type sees them: how Q, K and V tiles are staged for the micro-kernels and
 // which micro-kernels multiply them. This generic version stages 16-bit (or strided) inputs into Acc
 // and runs the FMA micro-kernels above; K and V that already are Acc with unit dim stride are read in
-// place. Specialisations (tile_ops_bf16.hpp) keep 16-bit data and use dot-product instructions.
+// place. Specialisations (tile_ops_bf16.hpp, tile_ops_amx.hpp) keep 16-bit data and use dot-product or
+// tile instructions.
 template <class T, int BlockQ, int BlockKV, int HeadDim, Isa isa, class = void>
 struct StorageOps {
   using Acc = acc_t<T>;
@@ -241,5 +242,21 @@ struct StorageOps {
     return {stage, d};
   }
 };
+
+// What a worker's thread must hold while it runs a storage type's micro-kernels: Ops::WorkerSetup where
+// the ops declare one (AMX: the thread's tile configuration, amx.hpp), else nothing.
+namespace detail {
+struct NoWorkerSetup {};
+template <class Ops, class = void>
+struct WorkerSetupOf {
+  using type = NoWorkerSetup;
+};
+template <class Ops>
+struct WorkerSetupOf<Ops, std::void_t<typename Ops::WorkerSetup>> {
+  using type = typename Ops::WorkerSetup;
+};
+}  // namespace detail
+template <class Ops>
+using worker_setup_t = typename detail::WorkerSetupOf<Ops>::type;
 
 }  // namespace flashattn::cpu

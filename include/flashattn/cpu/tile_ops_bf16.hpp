@@ -153,7 +153,7 @@ struct StorageOps<T, BlockQ, BlockKV, HeadDim, Isa::Avx512Bf16, std::enable_if_t
     for (; c < width; ++c, ot += BlockQ, v_col += 2) pv_block<1>(ot, alpha, p2, v_col, v.ld, cols2);
   }
 
- private:
+ protected:  // the AMX kernels (tile_ops_amx.hpp) share the pair layouts
   // A K row's (2p, 2p + 1) pairs lie side by side in memory: it can be read in place with 32-bit broadcasts.
   static bool adjacent_pairs(const TensorView<const T>& k, int d) { return k.stride_dim == 1 && d % 2 == 0; }
 

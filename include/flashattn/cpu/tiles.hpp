@@ -36,6 +36,12 @@ template <class T>
 using DefaultTiles = Tiles<64, 64>;
 template <class T>
 using TallTiles = Tiles<128, 64>;
+// bf16 on the AMX tile unit (tile_ops_amx.hpp), chosen at run time where the OS allows AMX.
+#ifndef FLASHATTN_AMX_TILES
+#define FLASHATTN_AMX_TILES 32, 128
+#endif
+template <class T>
+using AmxTiles = Tiles<FLASHATTN_AMX_TILES, Isa::Amx>;
 
 // This CPU's L2 cache per core, in bytes (1 MiB when the system does not say), read once.
 inline long l2_cache_bytes() {

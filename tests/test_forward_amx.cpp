@@ -1,0 +1,59 @@
+// The AMX bf16 kernels (cpu/tile_ops_amx.hpp) on the scalar model of the tile unit (FLASHATTN_AMX_EMULATE,
+// set for this binary only by tests/CMakeLists.txt): the whole forward suite, so that the kernels' tile
+// layouts, zero padding (head dims and key counts that are not multiples of 32, odd dims), in-place and
+// staged K, and the Oᵀ tail tile are checked against the fp64 reference on every CPU with AVX512-BF16.
+// On an AMX CPU, test_forward_isa runs the same configurations on the real unit.
+
+#include "forward_cases.hpp"
+
+namespace flashattn::testing {
+namespace {
+
+using cpu::Isa;
+
+#if defined(FLASHATTN_AMX_EMULATE) && defined(__AVX512BF16__)
+static_assert(cpu::is_compiled(Isa::Amx), "the emulated AMX path is compiled wherever AVX512-BF16 is");
+
+// One query tile (16 rows: no 2-wide blocks), an odd number (3: 2 + 1), and the default 64 × 64.
+using EmulatedAmxConfigs =
+    CompiledConfigs<Pair<Eigen::bfloat16, TileSpec<16, 32, Isa::Amx>>, Pair<Eigen::bfloat16, TileSpec<48, 32, Isa::Amx>>,
+                    Pair<Eigen::bfloat16, TileSpec<64, 64, Isa::Amx>>>;
+
+INSTANTIATE_TYPED_TEST_SUITE_P(EmulatedAmx, ForwardTest, EmulatedAmxConfigs, ConfigName);
+
+// Where AMX is usable, AutoTiles sends bf16 to cpu::AmxTiles: the same bits as asking for those tiles
+// (a different path would sum in another order), and right against the reference. Causal and full.
+TEST(EmulatedAmx, AutoTilesPickAmxForBf16) {
+  using T = Eigen::bfloat16;
+  for (bool causal : {false, true}) {
+    ForwardCase c;
+    c.seq_q = 150;
+    c.seq_k = 301;
+    c.heads_q = 4;
+    c.dim = 64;
+    c.causal = causal;
+    HostTensor<T> q(c.layout, c.batch, c.seq_q, c.heads_q, c.dim), k(c.layout, c.batch, c.seq_k, c.heads_kv, c.dim),
+        v(c.layout, c.batch, c.seq_k, c.heads_kv, c.dim), o_auto(c.layout, c.batch, c.seq_q, c.heads_q, c.dim),
+        o_amx(c.layout, c.batch, c.seq_q, c.heads_q, c.dim);
+    fill_normal(q.view(), 7);
+    fill_normal(k.view(), 8);
+    fill_normal(v.view(), 9);
+    attention_forward(q.cview(), k.cview(), v.cview(), o_auto.view(), c.options());
+    attention_forward<cpu::AmxTiles<T>>(q.cview(), k.cview(), v.cview(), o_amx.view(), c.options());
+    EXPECT_TRUE(matches_reference_for_options<T>(q.cview(), k.cview(), v.cview(), o_auto.cview(), LseView{},
+                                                 c.options()))
+        << c.describe();
+    int differing = 0;
+    for (std::size_t i = 0; i < o_auto.storage().size(); ++i)
+      differing += !(o_auto.storage()[i] == o_amx.storage()[i]);
+    EXPECT_EQ(differing, 0) << c.describe();
+  }
+}
+#else
+TEST(EmulatedAmx, NeedsAvx512Bf16) {
+  GTEST_SKIP() << "the AMX kernels build on AVX512-BF16, which this build does not target";
+}
+#endif
+
+}  // namespace
+}  // namespace flashattn::testing
