@@ -2,7 +2,8 @@
 // The backward's section of the dispatch layer (included by dispatch.hpp, which stays the one place
 // where runtime values become template arguments): the same mask choice from the options, head-dim
 // specialisations and tile resolution as the forward's, so that a forward and its backward run the same
-// tile grid (the query blocks of both start at multiples of BlockQ).
+// tile grid (the query blocks of both start at multiples of BlockQ). One exception: a bf16 forward with
+// AutoTiles on an AMX CPU takes cpu::AmxTiles, the backward the default tiles on AVX512-BF16.
 
 #include "flashattn/backward_params.hpp"
 #include "flashattn/cpu/backward_backend.hpp"

@@ -16,7 +16,8 @@
 //  - Tile register numbers are instruction immediates, hence the template parameters.
 //
 // FLASHATTN_AMX_EMULATE replaces the instructions by a scalar model of the same register file, so that
-// the kernels' data layouts are tested on every CPU with AVX512-BF16 (tests/test_forward_amx.cpp).
+// the kernels' data layouts are tested on every CPU with AVX512-BF16 (tests/test_forward_amx.cpp). Like
+// every FLASHATTN_* switch, define it for a whole program or not at all: the functions keep their names.
 
 #include <cstddef>
 #include <cstdint>
@@ -31,7 +32,9 @@
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
 #endif
-#include <immintrin.h>
+#if FLASHATTN_AMX_INSTRUCTIONS
+#include "flashattn/cpu/simd.hpp"  // <immintrin.h>: _tile_loadconfig, _tile_release
+#endif
 
 namespace flashattn::cpu::amx {
 

@@ -42,7 +42,7 @@ int worker_count(const ForwardParams<T>& p, int requested) {
 
 template <class T, class TileConfig, int HeadDim, class Mask, class Accounting = NoAccounting>
 void run_forward(const ForwardParams<T>& p, const Mask& mask, Accounting& acct) {
-  if constexpr (TileConfig::isa == Isa::Amx) {
+  if constexpr (TileConfig::isa == Isa::Amx && is_bf16<T>) {  // other types run AVX-512 packets
     if (!amx::usable())
       throw InvalidArgument("tiles: the instruction set is Isa::Amx, but this CPU or operating system does not "
                             "allow AMX tile instructions (use AutoTiles to pick the best usable path)");

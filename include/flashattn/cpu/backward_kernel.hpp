@@ -70,7 +70,8 @@ class BackwardKernel {
   using Acc = acc_t<T>;
   static constexpr int BlockQ = TileConfig::BlockQ;
   static constexpr int BlockKV = TileConfig::BlockKV;
-  static constexpr Isa kIsa = TileConfig::isa;
+  // The backward has no AMX kernels (its scratch sets up no tile state): Isa::Amx tiles run AVX512-BF16.
+  static constexpr Isa kIsa = TileConfig::isa == Isa::Amx ? Isa::Avx512Bf16 : TileConfig::isa;
   using V = Simd<Acc, kIsa>;
   using Reg = typename V::Reg;
   static constexpr int W = V::width;

@@ -36,7 +36,11 @@ template <class T>
 using DefaultTiles = Tiles<64, 64>;
 template <class T>
 using TallTiles = Tiles<128, 64>;
-// bf16 on the AMX tile unit (tile_ops_amx.hpp), chosen at run time where the OS allows AMX.
+// bf16 on the AMX tile unit (tile_ops_amx.hpp), chosen at run time where the OS allows AMX, for every mask.
+// 32 × 128 was first or level among eight shapes against PyTorch on the Xeon (docs/performance.md): a
+// short block keeps Oᵀ in L1 while the tile unit loads and stores it per key tile, a wide key block
+// spreads that cost. FLASHATTN_AMX_TILES (e.g. -DFLASHATTN_AMX_TILES=64,64) overrides it, for such sweeps
+// (bench/device_variants.sh).
 #ifndef FLASHATTN_AMX_TILES
 #define FLASHATTN_AMX_TILES 32, 128
 #endif
