@@ -10,12 +10,7 @@
 #include "flashattn/views.hpp"
 
 #if defined(__AVX512F__)
-// GCC 12 reports its own AVX-512 intrinsics' _mm512_undefined_ps() pass-through as uninitialized once they
-// are inlined into Eigen's AVX-512 kernels at -O2 (GCC bug 105593); the pragmas cover the header's lines.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
-#pragma GCC diagnostic pop
 #endif
 
 namespace flashattn::cpu {
