@@ -4,6 +4,8 @@
 // staged K, and the Oᵀ tail tile are checked against the fp64 reference on every CPU with AVX512-BF16.
 // On an AMX CPU, test_forward_isa runs the same configurations on the real unit.
 
+#include <type_traits>
+
 #include "forward_cases.hpp"
 
 namespace flashattn::testing {
@@ -13,11 +15,14 @@ using cpu::Isa;
 
 #if defined(FLASHATTN_AMX_EMULATE) && defined(__AVX512BF16__)
 static_assert(cpu::is_compiled(Isa::Amx), "the emulated AMX path is compiled wherever AVX512-BF16 is");
+static_assert(std::is_same_v<cpu::AmxTiles<Eigen::bfloat16>, cpu::Tiles<32, 128, Isa::Amx>>,
+              "the list below names the default AMX shape: keep them in step");
 
-// One query tile (16 rows: no 2-wide blocks), an odd number (3: 2 + 1), and the default 64 × 64.
+// One query tile (16 rows: no 2-wide blocks), an odd number (3: 2 + 1), 2 × 2 blocks (64 × 64), and the
+// default shape (cpu::AmxTiles, 32 × 128).
 using EmulatedAmxConfigs =
     CompiledConfigs<Pair<Eigen::bfloat16, TileSpec<16, 32, Isa::Amx>>, Pair<Eigen::bfloat16, TileSpec<48, 32, Isa::Amx>>,
-                    Pair<Eigen::bfloat16, TileSpec<64, 64, Isa::Amx>>>;
+                    Pair<Eigen::bfloat16, TileSpec<64, 64, Isa::Amx>>, Pair<Eigen::bfloat16, TileSpec<32, 128, Isa::Amx>>>;
 
 INSTANTIATE_TYPED_TEST_SUITE_P(EmulatedAmx, ForwardTest, EmulatedAmxConfigs, ConfigName);
 
