@@ -27,7 +27,7 @@ flashattn::TensorView<T> view(T* data, index_t n, index_t h, index_t d, bool bhs
   return bhsd ? flashattn::bhsd(data, 1, h, n, d) : flashattn::bshd(data, 1, n, h, d);
 }
 
-template <class T, int BQ, int BKV>
+template <class T, int BQ, int BKV, int PQ = BQ>
 void sweep_one(index_t n, index_t d, bool causal, int reps, index_t h, bool bhsd) {
   std::vector<T> q(std::size_t(n * h * d)), k(q.size()), v(q.size()), o(q.size());
   std::mt19937 gen(1);
@@ -40,13 +40,13 @@ void sweep_one(index_t n, index_t d, bool causal, int reps, index_t h, bool bhsd
   double best = 1e30;
   for (int r = 0; r < reps; ++r) {
     const double t0 = cpu_seconds();
-    flashattn::attention_forward<flashattn::cpu::Tiles<BQ, BKV>>(
+    flashattn::attention_forward<flashattn::cpu::Tiles<BQ, BKV, flashattn::cpu::kBestIsa, PQ>>(
         view<const T>(q.data(), n, h, d, bhsd), view<const T>(k.data(), n, h, d, bhsd),
         view<const T>(v.data(), n, h, d, bhsd), view(o.data(), n, h, d, bhsd), opts);
     best = std::min(best, cpu_seconds() - t0);
   }
   const double flops = 4.0 * double(h) * double(n) * double(n) * double(d) * (causal ? 0.5 : 1.0);
-  std::printf("BlockQ=%3d BlockKV=%3d: %7.1f GFLOP/s\n", BQ, BKV, flops / best * 1e-9);
+  std::printf("BlockQ=%3d BlockKV=%3d PanelQ=%3d: %7.1f GFLOP/s\n", BQ, BKV, PQ, flops / best * 1e-9);
   std::fflush(stdout);
 }
 
@@ -58,6 +58,10 @@ void sweep(index_t n, index_t d, bool causal, int reps, index_t h, bool bhsd) {
   sweep_one<T, 128, 64>(n, d, causal, reps, h, bhsd);
   sweep_one<T, 128, 128>(n, d, causal, reps, h, bhsd);
   sweep_one<T, 256, 64>(n, d, causal, reps, h, bhsd);
+  // Tall blocks of 64-row panels (tiles.hpp: PanelQ).
+  sweep_one<T, 128, 64, 64>(n, d, causal, reps, h, bhsd);
+  sweep_one<T, 256, 64, 64>(n, d, causal, reps, h, bhsd);
+  sweep_one<T, 128, 64, 32>(n, d, causal, reps, h, bhsd);
 }
 }  // namespace
 

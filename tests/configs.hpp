@@ -45,7 +45,7 @@ inline bool cpu_runs(cpu::Isa isa) {
 
 // Tile sizes as a type that names an instruction set without instantiating cpu::Tiles (whose
 // static_assert rejects an instruction set this translation unit is not compiled for).
-template <int BlockQ, int BlockKV, cpu::Isa isa = cpu::kBestIsa>
+template <int BlockQ, int BlockKV, cpu::Isa isa = cpu::kBestIsa, int PanelQ = BlockQ>
 struct TileSpec {
   static constexpr cpu::Isa kIsa = isa;
 };
@@ -53,17 +53,18 @@ struct TileSpec {
 template <class T_, class Spec>
 struct Config;
 
-template <class T_, int BlockQ_, int BlockKV_, cpu::Isa isa>
-struct Config<T_, TileSpec<BlockQ_, BlockKV_, isa>> {
+template <class T_, int BlockQ_, int BlockKV_, cpu::Isa isa, int PanelQ_>
+struct Config<T_, TileSpec<BlockQ_, BlockKV_, isa, PanelQ_>> {
   using T = T_;
-  using Tiles = cpu::Tiles<BlockQ_, BlockKV_, isa>;
+  using Tiles = cpu::Tiles<BlockQ_, BlockKV_, isa, PanelQ_>;
   static std::string name() {
-    return scalar_name<T>() + "_q" + std::to_string(BlockQ_) + "_kv" + std::to_string(BlockKV_) + "_" +
-           cpu::isa_name(isa);
+    return scalar_name<T>() + "_q" + std::to_string(BlockQ_) + "_kv" + std::to_string(BlockKV_) +
+           (PanelQ_ == BlockQ_ ? std::string() : "_p" + std::to_string(PanelQ_)) + "_" + cpu::isa_name(isa);
   }
 };
 
-// The gtest name generator of every typed test: e.g. "float_q32_kv64_avx512".
+// The gtest name generator of every typed test: e.g. "float_q32_kv64_avx512", "float_q96_kv32_p32_avx512"
+// (96-row programs of 32-row panels).
 struct ConfigName {
   template <class C>
   static std::string GetName(int) {

@@ -225,8 +225,10 @@ class MaskedForwardTest : public ::testing::Test {
 };
 
 // Masks act on accumulator-type scores, the same code for every storage type: one config per
-// accumulator (float, double) and the bf16 path, whose Q·Kᵀ differs, keep the compile time down.
-using MaskConfigs = CompiledConfigs<Pair<float, TileSpec<16, 32>>, Pair<double, TileSpec<32, 16>>,
+// accumulator (float, double) and the bf16 path, whose Q·Kᵀ differs, keep the compile time down. The
+// float one has three 16-row panels per program (tiles.hpp's PanelQ): a key tile can be full for one
+// panel, partial for the next and empty for the third.
+using MaskConfigs = CompiledConfigs<Pair<float, TileSpec<48, 32, cpu::kBestIsa, 16>>, Pair<double, TileSpec<32, 16>>,
                                     Pair<Eigen::bfloat16, TileSpec<16, 16>>>;
 TYPED_TEST_SUITE(MaskedForwardTest, MaskConfigs, ConfigName);
 

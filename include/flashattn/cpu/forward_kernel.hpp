@@ -1,9 +1,11 @@
 #pragma once
 // One forward program: BlockQ query rows of one (batch, head), against every key tile its mask keeps.
 // It reads as Algorithm 1 of FlashAttention (2): load Q once, then per key tile S = Q·Kᵀ, mask, online
-// softmax update, O += P·V, and normalise at the end. Scratch is O(BlockQ·BlockKV + (BlockQ + BlockKV)·d)
-// per worker, plus the staged K/V tiles a worker keeps for its next query blocks of the same head (at most
-// kKvTileCacheBytes, kv_tile_cache.hpp): no (seq_q × seq_k) buffer exists anywhere.
+// softmax update, O += P·V, and normalise at the end. The rows are worked on in panels of PanelQ
+// (tiles.hpp), each panel taking its turn on a K/V tile while that tile is in cache. Scratch is
+// O(PanelQ·BlockKV + (BlockQ + BlockKV)·d) per worker, plus the staged K/V tiles a worker keeps for its
+// next query blocks of the same head (at most kKvTileCacheBytes, kv_tile_cache.hpp): no (seq_q × seq_k)
+// buffer exists anywhere.
 
 #include <algorithm>
 #include <limits>
@@ -29,8 +31,10 @@ class ForwardKernel {
   using Acc = acc_t<T>;
   static constexpr int BlockQ = TileConfig::BlockQ;
   static constexpr int BlockKV = TileConfig::BlockKV;
-  using Ops = StorageOps<T, BlockQ, BlockKV, HeadDim, TileConfig::isa>;
-  using Softmax = OnlineSoftmax<Acc, BlockQ, TileConfig::isa>;
+  static constexpr int PanelQ = TileConfig::PanelQ;
+  static constexpr int kPanels = BlockQ / PanelQ;
+  using Ops = StorageOps<T, PanelQ, BlockKV, HeadDim, TileConfig::isa>;
+  using Softmax = OnlineSoftmax<Acc, PanelQ, TileConfig::isa>;
   using KvTile = typename Ops::KvTile;
   using KvCache = KvTileCache<KvTile, typename Ops::KvElem>;
 
@@ -41,27 +45,30 @@ class ForwardKernel {
    public:
     explicit Scratch(int d)
         : setup_(),
-          qt_(Ops::q_elems(d)),
+          q_elems_(Ops::q_elems(d)),
+          o_elems_(std::size_t(d) * PanelQ),
+          qt_(kPanels * q_elems_),
           k_stage_(Ops::kv_stage_elems(d)),
           v_stage_(Ops::kv_stage_elems(d)),
-          ot_(std::size_t(d) * BlockQ),
-          st_(std::size_t(BlockKV) * BlockQ),
-          rows_(3 * std::size_t(BlockQ) + std::size_t(d)),
+          ot_(kPanels * o_elems_),
+          st_(std::size_t(BlockKV) * PanelQ),
+          rows_(3 * std::size_t(PanelQ) + std::size_t(d)),
           kv_cache_(Ops::kv_stage_elems(d)) {}
 
-    typename Ops::QElem* qt() { return qt_.data(); }        // Qᵀ tile, Ops' layout
+    typename Ops::QElem* qt(int g) { return qt_.data() + g * q_elems_; }  // panel g's Qᵀ tile, Ops' layout
     typename Ops::KvElem* k_stage() { return k_stage_.data(); }
     typename Ops::KvElem* v_stage() { return v_stage_.data(); }
-    Acc* ot() { return ot_.data(); }                        // (d, BlockQ)       Oᵀ accumulator
-    Acc* st() { return st_.data(); }                        // (BlockKV, BlockQ) Sᵀ, then Pᵀ
-    Acc* alpha() { return rows_.data(); }                   // (BlockQ) O rescale of the current tile
-    Acc* inv_l() { return rows_.data() + BlockQ; }          // (BlockQ)
-    Acc* lse() { return rows_.data() + 2 * BlockQ; }        // (BlockQ)
-    Acc* row_buf() { return rows_.data() + 3 * BlockQ; }    // (d) one converted input row
+    Acc* ot(int g) { return ot_.data() + g * o_elems_; }   // (d, PanelQ)       panel g's Oᵀ accumulator
+    Acc* st() { return st_.data(); }                        // (BlockKV, PanelQ) Sᵀ, then Pᵀ, of one panel
+    Acc* alpha() { return rows_.data(); }                   // (PanelQ) O rescale of the current tile
+    Acc* inv_l() { return rows_.data() + PanelQ; }          // (PanelQ)
+    Acc* lse() { return rows_.data() + 2 * PanelQ; }        // (PanelQ)
+    Acc* row_buf() { return rows_.data() + 3 * PanelQ; }    // (d) one converted input row
     KvCache& kv_cache() { return kv_cache_; }              // staged tiles kept for the head's next blocks
 
    private:
     worker_setup_t<Ops> setup_;  // first: set up before, and torn down after, everything that uses it
+    std::size_t q_elems_, o_elems_;
     AlignedBuffer<typename Ops::QElem> qt_;
     AlignedBuffer<typename Ops::KvElem> k_stage_, v_stage_;
     AlignedBuffer<Acc> ot_, st_, rows_;
@@ -72,17 +79,20 @@ class ForwardKernel {
   template <class Mask, class Accounting>
   static void run(const ForwardParams<T>& p, const Mask& mask, index_t b, index_t h, index_t q0, Scratch& s,
                   Accounting& acct) {
-    const int rows = int(std::min<index_t>(BlockQ, p.q.seq - q0));
     const int d = HeadDim > 0 ? HeadDim : int(p.q.dim);
-    Softmax softmax;
-    attend(p, mask, b, h, q0, 0, p.k.seq, s, softmax, acct);
+    Softmax softmax[kPanels];
+    const int panels = attend(p, mask, b, h, q0, 0, p.k.seq, s, softmax, acct);
 
-    softmax.finalize(s.inv_l(), s.lse());
-    store_o(p.o, b, h, q0, rows, d, s.ot(), s.inv_l());
-    acct.write(Traffic::O, rows * d * index_t(sizeof(T)));
-    if (!p.lse.empty()) {
-      for (int i = 0; i < rows; ++i) p.lse(b, h, q0 + i) = float(s.lse()[i]);
-      acct.write(Traffic::Lse, index_t(rows) * index_t(sizeof(float)));
+    for (int g = 0; g < panels; ++g) {
+      const index_t qg = q0 + g * PanelQ;
+      const int rows = int(std::min<index_t>(PanelQ, p.q.seq - qg));
+      softmax[g].finalize(s.inv_l(), s.lse());
+      store_o(p.o, b, h, qg, rows, d, s.ot(g), s.inv_l());
+      acct.write(Traffic::O, rows * d * index_t(sizeof(T)));
+      if (!p.lse.empty()) {
+        for (int i = 0; i < rows; ++i) p.lse(b, h, qg + i) = float(s.lse()[i]);
+        acct.write(Traffic::Lse, index_t(rows) * index_t(sizeof(float)));
+      }
     }
   }
 
@@ -92,25 +102,30 @@ class ForwardKernel {
   static void run_partial(const ForwardParams<T>& p, const Mask& mask, index_t b, index_t h, index_t q0,
                           index_t kv_lo, index_t kv_hi, Scratch& s, Acc* part_o, Acc* part_m, Acc* part_l,
                           Accounting& acct) {
-    const int rows = int(std::min<index_t>(BlockQ, p.q.seq - q0));
     const int d = HeadDim > 0 ? HeadDim : int(p.q.dim);
-    Softmax softmax;
-    attend(p, mask, b, h, q0, kv_lo, kv_hi, s, softmax, acct);
-    for (int i = 0; i < rows; ++i) {
-      part_m[i] = softmax.running_max(i);
-      part_l[i] = softmax.running_sum(i);
+    Softmax softmax[kPanels];
+    const int panels = attend(p, mask, b, h, q0, kv_lo, kv_hi, s, softmax, acct);
+    for (int g = 0; g < panels; ++g) {
+      const int r0 = g * PanelQ;
+      const int rows = int(std::min<index_t>(PanelQ, p.q.seq - q0 - r0));
+      for (int i = 0; i < rows; ++i) {
+        part_m[r0 + i] = softmax[g].running_max(i);
+        part_l[r0 + i] = softmax[g].running_sum(i);
+      }
+      transpose<TileConfig::isa>(s.ot(g), PanelQ, part_o + std::size_t(r0) * d, d, d, rows);
     }
-    transpose<TileConfig::isa>(s.ot(), BlockQ, part_o, d, d, rows);
   }
 
  private:
-  // The body of Algorithm 1 for one query block over keys [kv_lo, kv_hi): leaves the unnormalised Oᵀ in
-  // s.ot() and the running max and sum in `softmax`.
+  // The body of Algorithm 1 for one query block over keys [kv_lo, kv_hi): leaves each panel's unnormalised
+  // Oᵀ in s.ot(g) and its running max and sum in softmax[g]. Returns the number of panels the block has
+  // (fewer than kPanels in a short last block).
   template <class Mask, class Accounting>
-  static void attend(const ForwardParams<T>& p, const Mask& mask, index_t b, index_t h, index_t q0, index_t kv_lo,
-                     index_t kv_hi, Scratch& s, Softmax& softmax, Accounting& acct) {
+  static int attend(const ForwardParams<T>& p, const Mask& mask, index_t b, index_t h, index_t q0, index_t kv_lo,
+                    index_t kv_hi, Scratch& s, Softmax* softmax, Accounting& acct) {
     const index_t q1 = std::min(q0 + BlockQ, p.q.seq);
-    const int rows = int(q1 - q0);
+    const int panels = int((q1 - q0 + PanelQ - 1) / PanelQ);
+    const auto panel_end = [&](int g) { return std::min(q0 + (g + 1) * PanelQ, q1); };
     const int d = HeadDim > 0 ? HeadDim : int(p.q.dim);
     const index_t h_kv = p.kv_head(h);
     const index_t row_bytes = d * index_t(sizeof(T));
@@ -124,9 +139,13 @@ class ForwardKernel {
     const bool keep_v = kKvTileCacheBytes > 0 && Ops::keeps_v(p.v, d);
     if (keep_k || keep_v) s.kv_cache().keep_head(b, h_kv, (p.k.seq + BlockKV - 1) / BlockKV);
 
-    Ops::load_q(s.qt(), s.row_buf(), p.q, b, h, q0, rows, d);
-    acct.read(Traffic::Q, rows * row_bytes);
-    std::fill(s.ot(), s.ot() + std::size_t(d) * BlockQ, Acc(0));
+    for (int g = 0; g < panels; ++g) {
+      const index_t qg = q0 + g * PanelQ;
+      const int rows = int(panel_end(g) - qg);
+      Ops::load_q(s.qt(g), s.row_buf(), p.q, b, h, qg, rows, d);
+      acct.read(Traffic::Q, rows * row_bytes);
+      std::fill(s.ot(g), s.ot(g) + std::size_t(d) * PanelQ, Acc(0));
+    }
 
     // Clipped to the keys that exist, so that no mask policy, however written, can make us read past K/V.
     const index_t kv_end = std::min({mask.kv_end(q0, q1), kv_hi, p.k.seq});
@@ -145,22 +164,33 @@ class ForwardKernel {
                                    return Ops::stage_k(dst, p.k, b, h_kv, k0, cols, d, copy);
                                  });
       acct.read(Traffic::K, cols * row_bytes);
-      // While Q·Kᵀ runs, V's rows of this tile are fetched; while P·V runs, K's rows of the next.
-      Ops::qk(s.st(), s.qt(), k_tile, cols, d, prefetch_rows(p.v, b, h_kv, k0, cols, d));  // Sᵀ (cols, BlockQ)
-
-      if (kind == TileKind::Partial || Mask::modifies_scores)
-        apply_mask(s.st(), mask, q0, rows, k0, cols, Acc(p.scale));
-
-      softmax.update(s.st(), cols, score_scale, s.alpha());  // Sᵀ -> Pᵀ, alpha
-
-      const KvTile v_tile = tile(s, KvCache::V, keep_v && grid_tile, t, s.v_stage(), cols, d, acct,
-                                 [&](typename Ops::KvElem* dst, bool copy) {
-                                   return Ops::stage_v(dst, p.v, b, h_kv, k0, cols, d, copy);
-                                 });
-      acct.read(Traffic::V, cols * row_bytes);
+      KvTile v_tile{nullptr, 0};
       const int next_cols = int(std::min<index_t>(BlockKV, kv_end - k1));
-      Ops::pv(s.ot(), s.alpha(), s.st(), v_tile, cols, d, prefetch_rows(p.k, b, h_kv, k1, next_cols, d));  // Oᵀ (d, BlockQ)
+
+      for (int g = 0; g < panels; ++g) {
+        const index_t qg = q0 + g * PanelQ, qg1 = panel_end(g);
+        const TileKind panel_kind = kPanels == 1 ? kind : mask.tile(qg, qg1, k0, k1);
+        if (panel_kind == TileKind::Empty) continue;
+        // While Q·Kᵀ runs, V's rows of this tile are fetched; while P·V runs, K's rows of the next.
+        Ops::qk(s.st(), s.qt(g), k_tile, cols, d, prefetch_rows(p.v, b, h_kv, k0, cols, d));  // Sᵀ (cols, PanelQ)
+
+        if (panel_kind == TileKind::Partial || Mask::modifies_scores)
+          apply_mask(s.st(), mask, qg, int(qg1 - qg), k0, cols, Acc(p.scale));
+
+        softmax[g].update(s.st(), cols, score_scale, s.alpha());  // Sᵀ -> Pᵀ, alpha
+
+        if (v_tile.data == nullptr) {  // staged for the first panel that uses it
+          v_tile = tile(s, KvCache::V, keep_v && grid_tile, t, s.v_stage(), cols, d, acct,
+                        [&](typename Ops::KvElem* dst, bool copy) {
+                          return Ops::stage_v(dst, p.v, b, h_kv, k0, cols, d, copy);
+                        });
+          acct.read(Traffic::V, cols * row_bytes);
+        }
+        Ops::pv(s.ot(g), s.alpha(), s.st(), v_tile, cols, d,
+                prefetch_rows(p.k, b, h_kv, k1, next_cols, d));  // Oᵀ (d, PanelQ)
+      }
     }
+    return panels;
   }
 
   // Tile t of K or V for the micro-kernels: kept from an earlier query block of this head, or staged now
@@ -182,14 +212,14 @@ class ForwardKernel {
   // Partial tiles: masked scores become −inf (probability exactly 0). Score modifiers are applied here, in
   // natural units. A mask that names the interval of queries keeping each key (has_query_range) is
   // applied by ranges: a row of Sᵀ is one key, so the masked part of it is a prefix and a suffix, filled
-  // with vector stores instead of BlockQ calls to keep() (on the Xeon the element-wise test was a large
+  // with vector stores instead of PanelQ calls to keep() (on the Xeon the element-wise test was a large
   // part of causal calls at N = 1024, where the diagonal's tiles are a large share of the work).
   template <class Mask>
   static void apply_mask(Acc* st, const Mask& mask, index_t q0, int rows, index_t k0, int cols, Acc scale) {
     constexpr Acc neg_inf = -std::numeric_limits<Acc>::infinity();
     if constexpr (has_query_range<Mask>::value && !Mask::modifies_scores) {
       for (int j = 0; j < cols; ++j) {
-        Acc* s_row = st + j * BlockQ;
+        Acc* s_row = st + j * PanelQ;
         const index_t lo = std::clamp<index_t>(mask.lowest_query(k0 + j) - q0, 0, rows);
         const index_t hi = std::clamp<index_t>(mask.highest_query(k0 + j) - q0 + 1, lo, rows);
         std::fill(s_row, s_row + lo, neg_inf);
@@ -198,7 +228,7 @@ class ForwardKernel {
       return;
     }
     for (int j = 0; j < cols; ++j) {
-      Acc* s_row = st + j * BlockQ;
+      Acc* s_row = st + j * PanelQ;
       for (int i = 0; i < rows; ++i) {
         if (!mask.keep(q0 + i, k0 + j)) {
           s_row[i] = neg_inf;
@@ -216,17 +246,17 @@ class ForwardKernel {
     if constexpr (std::is_same_v<T, Acc>) {
       if (o.stride_dim == 1) {
         for (int c = 0; c < d; ++c) {
-          Acc* col = ot + c * BlockQ;
-          for (int i = 0; i < BlockQ; ++i) col[i] = inv_l[i] == Acc(0) ? Acc(0) : col[i] * inv_l[i];
+          Acc* col = ot + c * PanelQ;
+          for (int i = 0; i < PanelQ; ++i) col[i] = inv_l[i] == Acc(0) ? Acc(0) : col[i] * inv_l[i];
         }
-        transpose<TileConfig::isa>(ot, BlockQ, o.row(b, q0, h), o.stride_seq, d, rows);
+        transpose<TileConfig::isa>(ot, PanelQ, o.row(b, q0, h), o.stride_seq, d, rows);
         return;
       }
     }
     for (int i = 0; i < rows; ++i) {
       T* row = o.row(b, q0 + i, h);
       const Acc scale = inv_l[i];
-      for (int c = 0; c < d; ++c) row[c * o.stride_dim] = scale == Acc(0) ? T(0) : T(ot[c * BlockQ + i] * scale);
+      for (int c = 0; c < d; ++c) row[c * o.stride_dim] = scale == Acc(0) ? T(0) : T(ot[c * PanelQ + i] * scale);
     }
   }
 };

@@ -12,12 +12,17 @@
 
 namespace flashattn::cpu {
 
-template <int BlockQ_, int BlockKV_, Isa Isa_ = kBestIsa>
+// PanelQ: the query rows the micro-kernels and the softmax work on at a time. A program of BlockQ rows is
+// BlockQ / PanelQ panels that share each K/V tile while it is in cache (one stream of K and V per BlockQ
+// rows), each with its own Qᵀ, Oᵀ and softmax state (the L1 working set of PanelQ rows).
+template <int BlockQ_, int BlockKV_, Isa Isa_ = kBestIsa, int PanelQ_ = BlockQ_>
 struct Tiles {
   static constexpr int BlockQ = BlockQ_;
   static constexpr int BlockKV = BlockKV_;
   static constexpr Isa isa = Isa_;
-  static_assert(BlockQ > 0 && BlockKV > 0, "tile sizes must be positive");
+  static constexpr int PanelQ = PanelQ_;
+  static_assert(BlockQ > 0 && BlockKV > 0 && PanelQ > 0, "tile sizes must be positive");
+  static_assert(BlockQ % PanelQ == 0, "BlockQ must be a whole number of panels");
   static_assert(is_compiled(Isa_), "this instruction set is not enabled for this translation unit");
 };
 
@@ -28,14 +33,22 @@ using acc_t = std::conditional_t<std::is_same_v<std::remove_cv_t<T>, double>, do
 // Tiles used when the caller does not choose. Every query block streams all of K and V once, so a taller
 // block (more query rows) reads K/V from L3 or DRAM proportionally less often, at the price of a larger
 // working set (Qᵀ and Oᵀ grow with BlockQ). Measured (docs/performance.md, bench/tile_sweep): on Zen 5
-// (1 MiB L2) 64 × 64 is fastest or within a few percent at d = 64–256 and 128-row blocks lose 5–7 % at
-// d ≥ 128; on a Sapphire-Rapids-class Xeon (2 MiB L2, slower L3) 128-row blocks win by ~15 % at d = 128.
-// The forward dispatch picks between the two at run time by the L2 size (tall_query_blocks()), and takes
-// TallTiles only for unmasked attention (dispatch.hpp says why).
+// (1 MiB L2) 64 × 64 is fastest or within a few percent at d = 64–256 and 128-row blocks lose 3–7 % at
+// d ≥ 128; on a Sapphire-Rapids-class Xeon (2 MiB L2, slower L3) 128-row blocks win. TallTiles take the
+// tall block's K/V traffic with the short block's L1 working set: 128-row programs of two 64-row panels
+// (PanelQ above), which on the Xeon ran 3–6 % faster than 128 × 64 unpanelled at N = 4096, d = 128, where
+// one head's K and V (4 MiB) stream from L3 for every program. The forward dispatch picks between the two
+// at run time by the L2 size (tall_query_blocks()), and takes TallTiles only for unmasked attention
+// (dispatch.hpp says why). FLASHATTN_TALL_TILES (BlockQ, BlockKV, PanelQ) overrides them, for sweeps.
 template <class T>
 using DefaultTiles = Tiles<64, 64>;
+#ifndef FLASHATTN_TALL_TILES
+#define FLASHATTN_TALL_TILES 128, 64, 64
+#endif
+template <int BlockQ, int BlockKV, int PanelQ>
+using PanelTiles = Tiles<BlockQ, BlockKV, kBestIsa, PanelQ>;
 template <class T>
-using TallTiles = Tiles<128, 64>;
+using TallTiles = PanelTiles<FLASHATTN_TALL_TILES>;
 // bf16 on the AMX tile unit (tile_ops_amx.hpp), chosen at run time where the OS allows AMX, for every mask.
 // 32 × 128 was first or level among eight shapes against PyTorch on the Xeon (docs/performance.md): a
 // short block keeps Oᵀ in L1 while the tile unit loads and stores it per key tile, a wide key block
