@@ -39,7 +39,7 @@ void dispatch_head_dim(const ForwardParams<T>& p, const Mask& mask, Accounting& 
 // mask. Tall blocks for full attention only. Unpanelled, their masked work along a causal diagonal grew
 // with the block height (64-row blocks were 10–25 % faster causal at N = 1024 on the Xeon); TallTiles'
 // 64-row panels remove that: causal on one thread was then level or faster at N = 4096 but mixed at
-// N = 1024 (−16 to +12 %), and 16 threads at N = 1024 ran ~10 % slower (half as many programs to balance),
+// N = 1024 (−16 to +12 %), and 16 threads at N = 1024 ran 1–14 % slower (half as many programs to balance),
 // so masks keep 64-row programs, which also spares every masked call a second kernel instantiation
 // (docs/performance.md).
 // bf16 goes to the AMX tile unit where this build has it and the CPU and OS allow it (cpu/amx.hpp).

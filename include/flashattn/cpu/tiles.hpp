@@ -36,10 +36,13 @@ using acc_t = std::conditional_t<std::is_same_v<std::remove_cv_t<T>, double>, do
 // (1 MiB L2) 64 × 64 is fastest or within a few percent at d = 64–256 and 128-row blocks lose 3–7 % at
 // d ≥ 128; on a Sapphire-Rapids-class Xeon (2 MiB L2, slower L3) 128-row blocks win. TallTiles take the
 // tall block's K/V traffic with the short block's L1 working set: 128-row programs of two 64-row panels
-// (PanelQ above), which on the Xeon ran 3–6 % faster than 128 × 64 unpanelled at N = 4096, d = 128, where
-// one head's K and V (4 MiB) stream from L3 for every program. The forward dispatch picks between the two
-// at run time by the L2 size (tall_query_blocks()), and takes TallTiles only for unmasked attention
-// (dispatch.hpp says why). FLASHATTN_TALL_TILES (BlockQ, BlockKV, PanelQ) overrides them, for sweeps.
+// (PanelQ above), which on the Xeon ran 1–6 % faster than 128 × 64 unpanelled at N = 4096, d = 128, where
+// one head's K and V (4 MiB) stream from L3 for every program. On Zen 5 they ran level with 64 × 64 within
+// ±3 % (alternated with OpenBLAS, bench_forward's vs_sgemm), so its default stays. The forward dispatch
+// picks between the two at run time by the L2 size (tall_query_blocks()), and takes TallTiles only for
+// unmasked attention (dispatch.hpp says why). Both give the same bits unless a call is also split over
+// keys (few programs, cpu/backend.hpp): a 64-row panel meets the keys in the same 64-key tiles either way.
+// FLASHATTN_TALL_TILES (BlockQ, BlockKV, PanelQ) overrides TallTiles, for sweeps.
 template <class T>
 using DefaultTiles = Tiles<64, 64>;
 #ifndef FLASHATTN_TALL_TILES
