@@ -95,6 +95,15 @@ struct has_query_range<Mask, std::void_t<decltype(std::declval<const Mask&>().lo
                                          decltype(std::declval<const Mask&>().highest_query(index_t{}))>>
     : std::true_type {};
 
+// Whether a policy names, for each query i, the one interval of keys it keeps (lowest_key(i),
+// highest_key(i)).
+template <class Mask, class = void>
+struct has_key_range : std::false_type {};
+template <class Mask>
+struct has_key_range<Mask, std::void_t<decltype(std::declval<const Mask&>().lowest_key(index_t{})),
+                                       decltype(std::declval<const Mask&>().highest_key(index_t{}))>>
+    : std::true_type {};
+
 // A user-written element mask: `keep(i, j)` from any callable. Every tile is Partial, so the callable is
 // asked for every score; write a full policy (kv_begin/kv_end/tile) when the structure lets tiles be
 // skipped.

@@ -388,9 +388,19 @@ class BackwardKernel {
 
   // Partial or score-modified tiles of the dQ program, on Sᵀ (cols, BlockQ): masked scores become −inf
   // (P exactly 0) with gradient factor 0; kept ones get the modifier (natural units) and its derivative.
+  // A mask that names each key's interval of queries (has_query_range) is applied by ranges, as in the
+  // forward's apply_mask: a row of Sᵀ is one key, its masked part a prefix and a suffix.
   template <class Mask>
   static void mask_transposed(Acc* st, Acc* gt, const Mask& mask, Acc scale, index_t q0, int rows, index_t k0,
                               int cols) {
+    if constexpr (has_query_range<Mask>::value && !Mask::modifies_scores) {
+      for (int j = 0; j < cols; ++j) {
+        const index_t lo = std::clamp<index_t>(mask.lowest_query(k0 + j) - q0, 0, rows);
+        const index_t hi = std::clamp<index_t>(mask.highest_query(k0 + j) - q0 + 1, lo, rows);
+        mask_outside(st + j * BlockQ, lo, hi, rows);
+      }
+      return;
+    }
     for (int j = 0; j < cols; ++j) {
       Acc* s_row = st + j * BlockQ;
       Acc* g_row = gt + j * BlockQ;
@@ -402,9 +412,23 @@ class BackwardKernel {
   // The same for S (rows, BlockKV) of the dK/dV program. Keys outside [lo, hi) are masked (the forward
   // never visited them for this query block), and so are the padding columns of a tail key block, so
   // that nothing but exact zeros reaches the discarded lanes.
+  // A mask that names each query's interval of keys (has_key_range) is applied by ranges.
   template <class Mask>
   static void mask_rows(Acc* s, Acc* g, const Mask& mask, Acc scale, bool partial, index_t q0, int rows, index_t k0,
                         int cols, index_t lo, index_t hi) {
+    if constexpr (has_key_range<Mask>::value && !Mask::modifies_scores) {
+      for (int i = 0; i < rows; ++i) {
+        Acc* s_row = s + i * BlockKV;
+        index_t first = 0, last = cols;  // the kept columns
+        if (partial) {
+          first = std::clamp<index_t>(std::max(lo, mask.lowest_key(q0 + i)) - k0, 0, cols);
+          last = std::clamp<index_t>(std::min(hi, mask.highest_key(q0 + i) + 1) - k0, first, cols);
+        }
+        mask_outside(s_row, first, last, cols);
+        std::fill(s_row + cols, s_row + BlockKV, -kInf);
+      }
+      return;
+    }
     for (int i = 0; i < rows; ++i) {
       Acc* s_row = s + i * BlockKV;
       Acc* g_row = g + i * BlockKV;
@@ -415,6 +439,13 @@ class BackwardKernel {
       }
       for (int j = cols; j < BlockKV; ++j) s_row[j] = -kInf;
     }
+  }
+
+  // Scores [0, lo) and [hi, n) of a row masked (−inf). Only for keep-masks, whose gradient factors are
+  // never read (probabilities_and_ds_* use them under a score modifier only).
+  static void mask_outside(Acc* s, index_t lo, index_t hi, index_t n) {
+    std::fill(s, s + lo, -kInf);
+    std::fill(s + hi, s + n, -kInf);
   }
 
   // One element: −inf (and gradient factor 0) if masked; under a score modifier, the natural-unit score
