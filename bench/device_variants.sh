@@ -2,6 +2,8 @@
 # Several builds of the kernels, side by side with PyTorch in one process: each LABEL:DEFINES argument
 # builds bench/torch_shim.cpp with those compile definitions, then bench/compare_torch.py alternates every
 # build and torch shape by shape. For trying a kernel change on a machine too noisy for separate runs.
+# DEFINES come before the repository's -Iinclude, so "-Isome/other/include" builds another version of the
+# headers (e.g. `git archive HEAD include | tar -x -C ab_base` for "base:-Iab_base/include").
 #   bash bench/device_variants.sh "base:" "prefetch:-DFLASHATTN_PREFETCH=1" "nocache:-DFLASHATTN_KV_CACHE_BYTES=0"
 # Environment: THREADS (default 1), PIN (taskset core list; default 3 with one thread, none otherwise), LAYOUTS,
 # NS, DS, CAUSAL, DTYPES, ROUNDS, REPS (compare_torch.py's options).
@@ -13,7 +15,7 @@ shims=""
 for cfg in "$@"; do
   name=${cfg%%:*}
   read -r -a defs <<< "${cfg#*:}"
-  g++ "${flags[@]}" "${defs[@]}" bench/torch_shim.cpp -o "/tmp/flashattn-shims/$name.so" -lpthread &
+  g++ "${defs[@]}" "${flags[@]}" bench/torch_shim.cpp -o "/tmp/flashattn-shims/$name.so" -lpthread &
   shims="$shims${shims:+,}$name=/tmp/flashattn-shims/$name.so"
 done
 wait

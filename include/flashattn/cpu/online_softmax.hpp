@@ -42,54 +42,9 @@ class OnlineSoftmax {
   // st: (cols, BlockQ) raw scores, overwritten with p. score_scale: c > 0 above. alpha: (BlockQ) rescale
   // factors for O.
   void update(Acc* st, int cols, Acc score_scale, Acc* alpha) {
-    const typename V::Reg c = V::set1(score_scale);
-    constexpr Acc neg_inf = -std::numeric_limits<Acc>::infinity();
-    for (int i = 0; i < BlockQ; i += V::width) {
-      // Four independent running maxima: one chain of `cols` dependent max operations costs cols times the
-      // max latency (4 cycles on recent Intel cores), which was most of the softmax's time there.
-      typename V::Reg part[4] = {V::set1(neg_inf), V::set1(neg_inf), V::set1(neg_inf), V::set1(neg_inf)};
-      int j = 0;
-      for (; j + 4 <= cols; j += 4)
-        for (int u = 0; u < 4; ++u) part[u] = V::max(part[u], V::load(st + (j + u) * BlockQ + i));
-      for (; j < cols; ++j) part[0] = V::max(part[0], V::load(st + j * BlockQ + i));
-      const typename V::Reg tile_max = V::max(V::max(part[0], part[1]), V::max(part[2], part[3]));
-      const typename V::Reg m_old = V::load(m_ + i);
-      const typename V::Reg m_new = V::max(m_old, V::mul(tile_max, c));
-      V::store(m_ + i, m_new);
-      // The −inf guard: subtract 0 where the row has seen no finite score yet.
-      alignas(64) Acc m_safe[V::width];
-      V::store(m_safe, m_new);
-      bool huge = false;  // some |m| >= kFmaSafe (see below)
-      for (Acc& m : m_safe) {
-        m = (m == neg_inf) ? Acc(0) : m;
-        huge = huge || std::abs(m) >= kFmaSafe;
-      }
-      const typename V::Reg neg_shift = V::sub(V::zero(), V::load(m_safe));
-
-      // The exponent s·c − m: fma(s, c, −m) rounds once, the accurate form. But m is round(max s·c), so
-      // for the row's largest score the fma leaves the rounding residual, up to half an ulp of m: at most
-      // 1/4 below kFmaSafe, but beyond it 2^x overflows or the whole row underflows to 0 (o = 0, LSE ±inf;
-      // found by the fuzzer, docs/robustness.md). Such rows take round(s·c) − m, which is <= 0, and 0 at
-      // the largest score; the products are stored first, since a compiler may fuse a multiply whose only
-      // use is an add back into an fma.
-      typename V::Reg row_sum = V::zero();
-      const auto accumulate = [&](auto exponent) {
-        for (int j = 0; j < cols; ++j) {
-          const typename V::Reg p = V::exp2_nonpositive(exponent(V::load(st + j * BlockQ + i)));
-          V::store(st + j * BlockQ + i, p);
-          row_sum = V::add(row_sum, p);
-        }
-      };
-      if (!huge) {
-        accumulate([&](typename V::Reg s) { return V::fma(s, c, neg_shift); });
-      } else {
-        for (int j = 0; j < cols; ++j) V::store(st + j * BlockQ + i, V::mul(V::load(st + j * BlockQ + i), c));
-        accumulate([&](typename V::Reg sc) { return V::add(sc, neg_shift); });
-      }
-      const typename V::Reg a = V::exp2_nonpositive(V::add(m_old, neg_shift));
-      V::store(alpha + i, a);
-      V::store(l_ + i, V::fma(V::load(l_ + i), a, row_sum));
-    }
+    constexpr int full = kPackets / kGroup * kGroup;
+    for (int p = 0; p < full; p += kGroup) update_group<kGroup>(p * W, st, cols, score_scale, alpha);
+    if constexpr (full < kPackets) update_group<kPackets - full>(full * W, st, cols, score_scale, alpha);
   }
 
   // inv_l: (BlockQ) factors that normalise O (0 for rows that kept no key). lse: natural-log LSE per row.
@@ -112,6 +67,90 @@ class OnlineSoftmax {
   Acc running_sum(int i) const { return l_[i]; }
 
  private:
+  using Reg = typename V::Reg;
+  static constexpr int W = V::width;
+  static constexpr int kPackets = BlockQ / W;
+  // Query packets updated together: for each key, the group's packets are independent, so their exp
+  // chains and running sums overlap instead of one packet's `cols` dependent adds running alone. Each
+  // row still sums its keys in order, so the results are the same bits as one packet at a time.
+  static constexpr int kGroup = kPackets < 4 ? kPackets : 4;
+
+  // Rows [i0, i0 + G·W): the running max, the exponentials in place, alpha, the running sum.
+  template <int G>
+  void update_group(int i0, Acc* st, int cols, Acc score_scale, Acc* alpha) {
+    constexpr Acc neg_inf = -std::numeric_limits<Acc>::infinity();
+    const Reg c = V::set1(score_scale);
+    Reg neg_shift[G];
+    bool huge[G];
+    bool any_huge = false;
+    for (int g = 0; g < G; ++g) {
+      const int i = i0 + g * W;
+      // Four independent running maxima: one chain of `cols` dependent max operations costs cols times the
+      // max latency (4 cycles on recent Intel cores), which was most of the softmax's time there.
+      Reg part[4] = {V::set1(neg_inf), V::set1(neg_inf), V::set1(neg_inf), V::set1(neg_inf)};
+      int j = 0;
+      for (; j + 4 <= cols; j += 4)
+        for (int u = 0; u < 4; ++u) part[u] = V::max(part[u], V::load(st + (j + u) * BlockQ + i));
+      for (; j < cols; ++j) part[0] = V::max(part[0], V::load(st + j * BlockQ + i));
+      const Reg tile_max = V::max(V::max(part[0], part[1]), V::max(part[2], part[3]));
+      const Reg m_old = V::load(m_ + i);
+      const Reg m_new = V::max(m_old, V::mul(tile_max, c));
+      V::store(m_ + i, m_new);
+      // The −inf guard: subtract 0 where the row has seen no finite score yet.
+      alignas(64) Acc m_safe[W];
+      V::store(m_safe, m_new);
+      huge[g] = false;  // some |m| >= kFmaSafe (see below)
+      for (Acc& m : m_safe) {
+        m = (m == neg_inf) ? Acc(0) : m;
+        huge[g] = huge[g] || std::abs(m) >= kFmaSafe;
+      }
+      any_huge = any_huge || huge[g];
+      neg_shift[g] = V::sub(V::zero(), V::load(m_safe));
+      V::store(alpha + i, V::exp2_nonpositive(V::add(m_old, neg_shift[g])));
+    }
+
+    // The exponent s·c − m: fma(s, c, −m) rounds once, the accurate form. But m is round(max s·c), so
+    // for the row's largest score the fma leaves the rounding residual, up to half an ulp of m: at most
+    // 1/4 below kFmaSafe, but beyond it 2^x overflows or the whole row underflows to 0 (o = 0, LSE ±inf;
+    // found by the fuzzer, docs/robustness.md). Such rows take round(s·c) − m, which is <= 0, and 0 at
+    // the largest score; the products are stored first, since a compiler may fuse a multiply whose only
+    // use is an add back into an fma.
+    Reg row_sum[G];
+    for (int g = 0; g < G; ++g) row_sum[g] = V::zero();
+    if (!any_huge) {
+      for (int j = 0; j < cols; ++j) {
+        Acc* s_row = st + j * BlockQ + i0;
+        FLASHATTN_UNROLL
+        for (int g = 0; g < G; ++g) {
+          const Reg p = V::exp2_nonpositive(V::fma(V::load(s_row + g * W), c, neg_shift[g]));
+          V::store(s_row + g * W, p);
+          row_sum[g] = V::add(row_sum[g], p);
+        }
+      }
+    } else {
+      for (int g = 0; g < G; ++g) {
+        Acc* s_col = st + i0 + g * W;
+        const auto accumulate = [&](auto exponent) {
+          for (int j = 0; j < cols; ++j) {
+            const Reg p = V::exp2_nonpositive(exponent(V::load(s_col + j * BlockQ)));
+            V::store(s_col + j * BlockQ, p);
+            row_sum[g] = V::add(row_sum[g], p);
+          }
+        };
+        if (!huge[g]) {
+          accumulate([&](Reg s) { return V::fma(s, c, neg_shift[g]); });
+        } else {
+          for (int j = 0; j < cols; ++j) V::store(s_col + j * BlockQ, V::mul(V::load(s_col + j * BlockQ), c));
+          accumulate([&](Reg sc) { return V::add(sc, neg_shift[g]); });
+        }
+      }
+    }
+    for (int g = 0; g < G; ++g) {
+      const int i = i0 + g * W;
+      V::store(l_ + i, V::fma(V::load(l_ + i), V::load(alpha + i), row_sum[g]));
+    }
+  }
+
   // Below this |m| the fma's rounding residual (half an ulp of m) is at most 1/4: 2^(digits − 2).
   static constexpr Acc kFmaSafe = Acc(1ull << (std::numeric_limits<Acc>::digits - 2));
 

@@ -24,17 +24,6 @@
 #include "flashattn/cpu/transpose.hpp"
 #include "flashattn/views.hpp"
 
-// Register blocks live in small arrays indexed by compile-time loops; unrolling those loops is what puts
-// them in registers. GCC unrolls them on its own only at -O3, so the loops ask for it (at -O2 the
-// micro-kernels otherwise run at a third of their speed).
-#if defined(__clang__)
-#define FLASHATTN_UNROLL _Pragma("unroll")
-#elif defined(__GNUC__)
-#define FLASHATTN_UNROLL _Pragma("GCC unroll 16")
-#else
-#define FLASHATTN_UNROLL
-#endif
-
 namespace flashattn::cpu {
 
 template <class Acc, int BlockQ, int HeadDim, Isa isa>
