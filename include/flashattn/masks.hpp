@@ -95,6 +95,18 @@ struct has_query_range<Mask, std::void_t<decltype(std::declval<const Mask&>().lo
                                          decltype(std::declval<const Mask&>().highest_query(index_t{}))>>
     : std::true_type {};
 
+// For a policy with has_query_range: the rows [first, last) of a block of `rows` query rows starting at q0
+// that keep key j (first == last when none does). What the forward and the backward mask by ranges with.
+struct RowSpan {
+  index_t first, last;
+};
+template <class Mask>
+FLASHATTN_HOST_DEVICE RowSpan rows_keeping_key(const Mask& mask, index_t j, index_t q0, index_t rows) {
+  const index_t first = std::min(std::max(mask.lowest_query(j) - q0, index_t{0}), rows);
+  const index_t last = std::min(std::max(mask.highest_query(j) - q0 + 1, first), rows);
+  return {first, last};
+}
+
 // Whether a policy names, for each query i, the one interval of keys it keeps (lowest_key(i),
 // highest_key(i)).
 template <class Mask, class = void>

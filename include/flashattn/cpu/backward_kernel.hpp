@@ -395,9 +395,8 @@ class BackwardKernel {
                               int cols) {
     if constexpr (has_query_range<Mask>::value && !Mask::modifies_scores) {
       for (int j = 0; j < cols; ++j) {
-        const index_t lo = std::clamp<index_t>(mask.lowest_query(k0 + j) - q0, 0, rows);
-        const index_t hi = std::clamp<index_t>(mask.highest_query(k0 + j) - q0 + 1, lo, rows);
-        mask_outside(st + j * BlockQ, lo, hi, rows);
+        const RowSpan kept = rows_keeping_key(mask, k0 + j, q0, rows);
+        mask_outside(st + j * BlockQ, kept.first, kept.last, rows);
       }
       return;
     }

@@ -220,10 +220,9 @@ class ForwardKernel {
     if constexpr (has_query_range<Mask>::value && !Mask::modifies_scores) {
       for (int j = 0; j < cols; ++j) {
         Acc* s_row = st + j * PanelQ;
-        const index_t lo = std::clamp<index_t>(mask.lowest_query(k0 + j) - q0, 0, rows);
-        const index_t hi = std::clamp<index_t>(mask.highest_query(k0 + j) - q0 + 1, lo, rows);
-        std::fill(s_row, s_row + lo, neg_inf);
-        std::fill(s_row + hi, s_row + rows, neg_inf);
+        const RowSpan kept = rows_keeping_key(mask, k0 + j, q0, rows);
+        std::fill(s_row, s_row + kept.first, neg_inf);
+        std::fill(s_row + kept.last, s_row + rows, neg_inf);
       }
       return;
     }
