@@ -119,21 +119,23 @@ inline void release() {}
 // Inline assembly rather than the _tile_* intrinsics: GCC defines those as macros that paste their
 // argument's spelling into the register name, which a template parameter cannot be. "%c" prints the
 // immediate without its '$'; the memory clobbers order the tile loads and stores with ordinary ones.
+// Each string is "{AT&T|Intel}": the compiler emits the half of the assembler dialect it was told to use
+// (-masm=intel picks the second), so the header builds in programs compiled either way.
 template <int t>
 inline void load(const void* src, std::size_t stride) {
-  __asm__ volatile("tileloadd (%0,%1,1), %%tmm%c2" ::"r"(src), "r"(static_cast<long>(stride)), "i"(t) : "memory");
+  __asm__ volatile("tileloadd {(%0,%1,1), %%tmm%c2|tmm%c2, [%0+%1*1]}" ::"r"(src), "r"(static_cast<long>(stride)), "i"(t) : "memory");
 }
 template <int t>
 inline void store(void* dst, std::size_t stride) {
-  __asm__ volatile("tilestored %%tmm%c2, (%0,%1,1)" ::"r"(dst), "r"(static_cast<long>(stride)), "i"(t) : "memory");
+  __asm__ volatile("tilestored {%%tmm%c2, (%0,%1,1)|[%0+%1*1], tmm%c2}" ::"r"(dst), "r"(static_cast<long>(stride)), "i"(t) : "memory");
 }
 template <int t>
 inline void zero() {
-  __asm__ volatile("tilezero %%tmm%c0" ::"i"(t));
+  __asm__ volatile("tilezero {%%tmm%c0|tmm%c0}" ::"i"(t));
 }
 template <int c, int a, int b>
 inline void dp_bf16() {
-  __asm__ volatile("tdpbf16ps %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(c), "i"(a), "i"(b));
+  __asm__ volatile("tdpbf16ps {%%tmm%c2, %%tmm%c1, %%tmm%c0|tmm%c0, tmm%c1, tmm%c2}" ::"i"(c), "i"(a), "i"(b));
 }
 
 // Palette 1, tiles 0–7 each kRows × kRowBytes (the layout of LDTILECFG's 64-byte operand).
