@@ -32,9 +32,6 @@
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
 #endif
-#if FLASHATTN_AMX_INSTRUCTIONS
-#include "flashattn/cpu/simd.hpp"  // <immintrin.h>: _tile_loadconfig, _tile_release
-#endif
 
 namespace flashattn::cpu::amx {
 
@@ -150,9 +147,11 @@ inline void configure() {
     cfg.colsb[t] = kRowBytes;
     cfg.rows[t] = kRows;
   }
-  _tile_loadconfig(&cfg);
+  // Not _tile_loadconfig: GCC 13's prints its memory operand with a size the Intel-syntax assembler
+  // rejects ("operand size mismatch for `ldtilecfg'"); an address in a register has no size.
+  __asm__ volatile("ldtilecfg {(%0)|[%0]}" ::"r"(&cfg) : "memory");
 }
-inline void release() { _tile_release(); }
+inline void release() { __asm__ volatile("tilerelease" ::: "memory"); }
 
 #endif
 
