@@ -241,6 +241,101 @@ TYPED_TEST(SimdTest, TransposeMovesEveryElementOnce) {
   }
 }
 
+// The converting moves the kernels make with 16-bit storage (fp16/bf16 Q rows into an fp32 Qᵀ, an fp32 Oᵀ
+// into fp16/bf16 O rows): every element lands where the plain transpose puts it, with the bits of a scalar
+// conversion of that element. The sources hold every fp16 and every bf16 bit pattern (NaNs, infinities,
+// subnormals, both zeros); the fp32 sources hold values around fp16's rounding boundaries (ties to even,
+// overflow to infinity, the subnormal range) and, for bf16, values around bf16's.
+template <class D>
+std::uint32_t bits_of(const D& x) {
+  if constexpr (sizeof(D) == 4) {
+    std::uint32_t u;
+    std::memcpy(&u, &x, 4);
+    return u;
+  } else {
+    std::uint16_t u;
+    std::memcpy(&u, &x, 2);
+    return u;
+  }
+}
+
+template <Isa isa, class S, class D>
+int count_converting_mismatches(const std::vector<S>& values, int rows, int cols) {
+  const index_t src_ld = cols + 2, dst_ld = rows + 3;
+  std::vector<S> src(std::size_t(rows * src_ld));
+  std::vector<D> dst(std::size_t(cols * dst_ld));
+  int wrong = 0;
+  for (std::size_t offset = 0; offset < values.size(); offset += src.size()) {  // every value at least once
+    for (std::size_t e = 0; e < src.size(); ++e) src[e] = values[(offset + e) % values.size()];
+    cpu::transpose<isa>(src.data(), src_ld, dst.data(), dst_ld, rows, cols);
+    for (index_t i = 0; i < rows; ++i)
+      for (index_t c = 0; c < cols; ++c) {
+        const D got = dst[std::size_t(c * dst_ld + i)];
+        const D expected = static_cast<D>(src[std::size_t(i * src_ld + c)]);
+        const bool both_nan = Eigen::numext::isnan(got) && Eigen::numext::isnan(expected);
+        wrong += !both_nan && bits_of(got) != bits_of(expected);
+      }
+  }
+  return wrong;
+}
+
+// The 16-bit storage types convert to and from float only: every instruction set compiled in, float lanes.
+using FloatPackets = typename detail::as_gtest_types<decltype(std::tuple_cat(
+    std::declval<keep_packet<float, Isa::Portable>>(), std::declval<keep_packet<float, Isa::Avx2>>(),
+    std::declval<keep_packet<float, Isa::Avx512>>(), std::declval<keep_packet<float, Isa::Avx512Bf16>>()))>::type;
+
+template <class P>
+class ConvertingTransposeTest : public SimdTest<P> {};
+TYPED_TEST_SUITE(ConvertingTransposeTest, FloatPackets, PacketName);
+
+TYPED_TEST(ConvertingTransposeTest, RoundsLikeScalarConversion) {
+  constexpr Isa isa = TypeParam::isa;
+  std::vector<Eigen::half> halves(1 << 16);
+  std::vector<Eigen::bfloat16> bf16s(1 << 16);
+  for (std::uint32_t u = 0; u < (1u << 16); ++u) {
+    halves[u] = Eigen::numext::bit_cast<Eigen::half>(std::uint16_t(u));
+    bf16s[u] = Eigen::numext::bit_cast<Eigen::bfloat16>(std::uint16_t(u));
+  }
+  // fp32 values near each fp16's neighbours (every 7th fp16 below infinity, both signs): the value, the
+  // midpoint (a tie), and one fp32 ulp either side of the midpoint; plus values beyond fp16's range.
+  std::vector<float> floats;
+  for (std::uint32_t u = 0; u < 0x7C00; u += 7) {
+    const float a = float(Eigen::numext::bit_cast<Eigen::half>(std::uint16_t(u)));
+    const float b = float(Eigen::numext::bit_cast<Eigen::half>(std::uint16_t(u + 1)));
+    const float mid = a + (b - a) / 2;
+    for (float x : {a, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f)}) {
+      floats.push_back(x);
+      floats.push_back(-x);
+    }
+  }
+  // ... and near each bf16's neighbours (every 97th bf16 below infinity, both signs), subnormals included.
+  for (std::uint32_t u = 0; u < 0x7F80; u += 97) {
+    const float a = float(Eigen::numext::bit_cast<Eigen::bfloat16>(std::uint16_t(u)));
+    const float b = float(Eigen::numext::bit_cast<Eigen::bfloat16>(std::uint16_t(u + 1)));
+    const float mid = a + (b - a) / 2;
+    for (float x : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e30f)}) {
+      floats.push_back(x);
+      floats.push_back(-x);
+    }
+  }
+  using limits = std::numeric_limits<float>;
+  for (float x : {limits::max(), 3.4e38f, 65504.0f, 65519.0f, 65520.0f, 1e6f, limits::infinity(), limits::quiet_NaN(),
+                  limits::denorm_min()}) {
+    floats.push_back(x);
+    floats.push_back(-x);
+  }
+  for (auto [rows, cols] : {std::pair{16, 16}, std::pair{64, 128}, std::pair{33, 70}, std::pair{7, 5}}) {
+    EXPECT_EQ((count_converting_mismatches<isa, Eigen::half, float>(halves, rows, cols)), 0)
+        << "fp16 -> fp32, rows " << rows << " cols " << cols;
+    EXPECT_EQ((count_converting_mismatches<isa, Eigen::bfloat16, float>(bf16s, rows, cols)), 0)
+        << "bf16 -> fp32, rows " << rows << " cols " << cols;
+    EXPECT_EQ((count_converting_mismatches<isa, float, Eigen::half>(floats, rows, cols)), 0)
+        << "fp32 -> fp16, rows " << rows << " cols " << cols;
+    EXPECT_EQ((count_converting_mismatches<isa, float, Eigen::bfloat16>(floats, rows, cols)), 0)
+        << "fp32 -> bf16, rows " << rows << " cols " << cols;
+  }
+}
+
 TEST(Isa, CompiledPathsRunOnThisCpu) {
   EXPECT_TRUE(cpu::is_compiled(Isa::Portable));
   // (Isa::Amx is left out: compiled in, it still needs the OS's permission, which dispatch asks at run time.)

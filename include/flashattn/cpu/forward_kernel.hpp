@@ -238,19 +238,18 @@ class ForwardKernel {
     }
   }
 
-  // O rows = Oᵀ columns · inv_l. ot is consumed (scaled in place when O is Acc with unit dim stride).
+  // O rows = Oᵀ columns · inv_l. ot is consumed (scaled in place when O has unit dim stride). Either way
+  // an element is T(the Acc product), so both paths give the same bits.
   static void store_o(const TensorView<T>& o, index_t b, index_t h, index_t q0, int rows, int d, Acc* ot,
                       const Acc* inv_l) {
     // A row that kept no key is exactly 0, even if a NaN in V reached its accumulator through a 0 weight.
-    if constexpr (std::is_same_v<T, Acc>) {
-      if (o.stride_dim == 1) {
-        for (int c = 0; c < d; ++c) {
-          Acc* col = ot + c * PanelQ;
-          for (int i = 0; i < PanelQ; ++i) col[i] = inv_l[i] == Acc(0) ? Acc(0) : col[i] * inv_l[i];
-        }
-        transpose<TileConfig::isa>(ot, PanelQ, o.row(b, q0, h), o.stride_seq, d, rows);
-        return;
+    if (o.stride_dim == 1) {
+      for (int c = 0; c < d; ++c) {
+        Acc* col = ot + c * PanelQ;
+        for (int i = 0; i < PanelQ; ++i) col[i] = inv_l[i] == Acc(0) ? Acc(0) : col[i] * inv_l[i];
       }
+      transpose<TileConfig::isa>(ot, PanelQ, o.row(b, q0, h), o.stride_seq, d, rows);
+      return;
     }
     for (int i = 0; i < rows; ++i) {
       T* row = o.row(b, q0 + i, h);

@@ -175,13 +175,8 @@ struct StorageOps {
   // qt (d, BlockQ) = Q[q0 : q0 + rows]ᵀ, zero in the padding rows of a tail block.
   static void load_q(QElem* qt, Acc* row_buf, const TensorView<const T>& q, index_t b, index_t h, index_t q0,
                      int rows, int d) {
-    bool done = false;
-    if constexpr (std::is_same_v<T, Acc>) {
-      if (q.stride_dim == 1) {
-        transpose<isa>(q.row(b, q0, h), q.stride_seq, qt, BlockQ, rows, d);
-        done = true;
-      }
-    }
+    const bool done = q.stride_dim == 1;  // rows of unit stride: one converting transpose
+    if (done) transpose<isa>(q.row(b, q0, h), q.stride_seq, qt, BlockQ, rows, d);
     for (int i = 0; i < rows && !done; ++i) {
       load_row(row_buf, q.row(b, q0 + i, h), q.stride_dim, d);
       for (int c = 0; c < d; ++c) qt[c * BlockQ + i] = row_buf[c];

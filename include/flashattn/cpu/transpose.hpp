@@ -3,9 +3,14 @@
 // when a program starts, Oᵀ into O rows when it ends. Element by element, each of these costs a few
 // cycles per element (a strided store or load for every one), which at N = 1024 was ~10 % of the forward
 // on Zen 5; on AVX-512 a 16 × 16 block moves through registers instead (16 loads, 64 shuffles, 16 stores).
+// The move converts as it goes when the two sides differ (fp16 or bf16 Q rows into an fp32 Qᵀ, an fp32 Oᵀ
+// into fp16 O rows): the block is widened to fp32 as it is loaded and narrowed as it is stored, with the
+// same rounding as a scalar conversion (round to nearest even; NaN, infinity and subnormals as Eigen's
+// conversions give them), so the bits do not depend on which path moved an element.
 
 #include <type_traits>
 
+#include "flashattn/cpu/convert.hpp"
 #include "flashattn/cpu/isa.hpp"
 #include "flashattn/views.hpp"
 
@@ -31,10 +36,48 @@ __m512 shuffle_lanes(__m512 a, __m512 b) {
   return _mm512_mask_shuffle_f32x4(a, 0xFFFF, a, b, imm);
 }
 
+// The element types a 16 × 16 block can be loaded from and stored to as fp32 packets.
+template <class E>
+inline constexpr bool moves_as_packet = std::is_same_v<std::remove_cv_t<E>, float> || is_fp16<E> || is_bf16<E>;
+
+// 16 consecutive elements as fp32 lanes (the all-lanes maskz forms, for GCC 12 as above).
+template <class E>
+__m512 load_packet(const E* p) {
+  if constexpr (std::is_same_v<std::remove_cv_t<E>, float>) {
+    return _mm512_loadu_ps(p);
+  } else {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    if constexpr (is_fp16<E>) return _mm512_maskz_cvtph_ps(0xFFFF, h);
+    // bf16 is the upper half of an fp32: widening is a shift.
+    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, h), 16));
+  }
+}
+template <class E>
+void store_packet(E* p, __m512 x) {
+  if constexpr (std::is_same_v<E, float>) {
+    _mm512_storeu_ps(p, x);
+  } else if constexpr (is_fp16<E>) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_maskz_cvtps_ph(0xFFFF, x, _MM_FROUND_TO_NEAREST_INT));
+  } else {
+    // Eigen's bf16 rounding, lane by lane: round to nearest even on the upper 16 bits (subnormals kept, which
+    // vcvtneps2bf16 would flush), and a NaN becomes the quiet NaN of its sign.
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i upper = _mm512_maskz_srli_epi32(0xFFFF, u, 16);
+    const __m512i lsb = _mm512_and_si512(upper, _mm512_set1_epi32(1));
+    const __m512i bias = _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF));
+    __m512i r = _mm512_maskz_srli_epi32(0xFFFF, _mm512_add_epi32(u, bias), 16);
+    const __m512i sign = _mm512_and_si512(upper, _mm512_set1_epi32(0x8000));
+    const __m512i quiet_nan = _mm512_or_si512(sign, _mm512_set1_epi32(0x7FC0));
+    r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), quiet_nan);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_maskz_cvtepi32_epi16(0xFFFF, r));
+  }
+}
+
 // dst[c * dst_ld + i] = src[i * src_ld + c] for i, c < 16.
-inline void transpose16x16(const float* src, index_t src_ld, float* dst, index_t dst_ld) {
+template <class S, class D>
+void transpose16x16(const S* src, index_t src_ld, D* dst, index_t dst_ld) {
   __m512 r[16], t[16];
-  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * src_ld);
+  for (int i = 0; i < 16; ++i) r[i] = load_packet(src + i * src_ld);
   // Within each 128-bit lane L, for each group of four rows a, b, c, d (rows 4k .. 4k+3):
   // unpack: [a0 b0 a1 b1], [a2 b2 a3 b3], [c0 d0 c1 d1], [c2 d2 c3 d3]; then shuffle: column m of the
   // lane, [a_m b_m c_m d_m], lands in t[4k + m].
@@ -55,22 +98,22 @@ inline void transpose16x16(const float* src, index_t src_ld, float* dst, index_t
     const __m512 g01_hi = shuffle_lanes<0xEE>(t[m], t[4 + m]);       // lanes 2 3 of group 0, of group 1
     const __m512 g23_lo = shuffle_lanes<0x44>(t[8 + m], t[12 + m]);  // the same for groups 2 and 3
     const __m512 g23_hi = shuffle_lanes<0xEE>(t[8 + m], t[12 + m]);
-    _mm512_storeu_ps(dst + (0 + m) * dst_ld, shuffle_lanes<0x88>(g01_lo, g23_lo));
-    _mm512_storeu_ps(dst + (4 + m) * dst_ld, shuffle_lanes<0xDD>(g01_lo, g23_lo));
-    _mm512_storeu_ps(dst + (8 + m) * dst_ld, shuffle_lanes<0x88>(g01_hi, g23_hi));
-    _mm512_storeu_ps(dst + (12 + m) * dst_ld, shuffle_lanes<0xDD>(g01_hi, g23_hi));
+    store_packet(dst + (0 + m) * dst_ld, shuffle_lanes<0x88>(g01_lo, g23_lo));
+    store_packet(dst + (4 + m) * dst_ld, shuffle_lanes<0xDD>(g01_lo, g23_lo));
+    store_packet(dst + (8 + m) * dst_ld, shuffle_lanes<0x88>(g01_hi, g23_hi));
+    store_packet(dst + (12 + m) * dst_ld, shuffle_lanes<0xDD>(g01_hi, g23_hi));
   }
 }
 #endif
 
 }  // namespace detail
 
-// dst[c * dst_ld + i] = src[i * src_ld + c] for i < rows, c < cols.
-template <Isa isa, class E>
-void transpose(const E* src, index_t src_ld, E* dst, index_t dst_ld, int rows, int cols) {
+// dst[c * dst_ld + i] = D(src[i * src_ld + c]) for i < rows, c < cols.
+template <Isa isa, class S, class D>
+void transpose(const S* src, index_t src_ld, D* dst, index_t dst_ld, int rows, int cols) {
   int rows_done = 0, cols_done = 0;  // the corner moved in 16 x 16 blocks
 #if defined(__AVX512F__)
-  if constexpr (is_avx512(isa) && std::is_same_v<E, float>) {
+  if constexpr (is_avx512(isa) && detail::moves_as_packet<S> && detail::moves_as_packet<D>) {
     rows_done = rows / 16 * 16;
     cols_done = cols / 16 * 16;
     for (int i0 = 0; i0 < rows_done; i0 += 16)
@@ -80,9 +123,9 @@ void transpose(const E* src, index_t src_ld, E* dst, index_t dst_ld, int rows, i
 #endif
   // The rest element by element: the columns right of the blocks, then the rows below them.
   for (int i = 0; i < rows_done; ++i)
-    for (int c = cols_done; c < cols; ++c) dst[c * dst_ld + i] = src[i * src_ld + c];
+    for (int c = cols_done; c < cols; ++c) dst[c * dst_ld + i] = static_cast<D>(src[i * src_ld + c]);
   for (int i = rows_done; i < rows; ++i)
-    for (int c = 0; c < cols; ++c) dst[c * dst_ld + i] = src[i * src_ld + c];
+    for (int c = 0; c < cols; ++c) dst[c * dst_ld + i] = static_cast<D>(src[i * src_ld + c]);
 }
 
 }  // namespace flashattn::cpu
