@@ -2,6 +2,8 @@
 // three tile shapes (square, wide key blocks, tall query blocks; for float and bf16 the tall blocks are
 // three panels, tiles.hpp's PanelQ, as cpu::TallTiles are two). The cases are in forward_cases.hpp.
 
+#include <type_traits>
+
 #include "forward_cases.hpp"
 
 namespace flashattn::testing {
@@ -18,6 +20,32 @@ using DefaultIsaConfigs = CompiledConfigs<
     Pair<Eigen::bfloat16, Best<16, 16>>, Pair<Eigen::bfloat16, Best<32, 64>>, Pair<Eigen::bfloat16, Best<96, 32, 32>>>;
 
 INSTANTIATE_TYPED_TEST_SUITE_P(BestIsa, ForwardTest, DefaultIsaConfigs, ConfigName);
+
+// The fp32 panel shapes that dispatch.hpp picks only where L2 is at least 2 MiB (cpu::TallTiles, and
+// cpu::TallerTiles once a head's K and V outgrow L2), so not on every CI machine: run here whatever the L2.
+static_assert(std::is_same_v<Config<float, Best<FLASHATTN_TALL_TILES>>::Tiles, cpu::TallTiles<float>> &&
+                  std::is_same_v<Config<float, Best<FLASHATTN_TALLER_TILES>>::Tiles, cpu::TallerTiles<float>>,
+              "the list below names the shipped panel shapes: keep them in step");
+using ShippedPanelConfigs =
+    CompiledConfigs<Pair<float, Best<FLASHATTN_TALL_TILES>>, Pair<float, Best<FLASHATTN_TALLER_TILES>>>;
+
+INSTANTIATE_TYPED_TEST_SUITE_P(ShippedPanels, ForwardTest, ShippedPanelConfigs, ConfigName);
+
+// TallerTiles' rule is strict: K + V of exactly L2's size (d = 64, N = 4096 on a 2 MiB L2, where 256-row
+// programs ran level or slower) stays on TallTiles; one more key row crosses over.
+TEST(TileChoice, KvHeadExceedsL2IsStrict) {
+  const long long l2 = cpu::l2_cache_bytes(), d = 64, acc = sizeof(float);
+  const long long rows_filling_l2 = l2 / (2 * d * acc);  // exactly L2 where it is a whole number of rows
+  EXPECT_FALSE(cpu::kv_head_exceeds_l2(rows_filling_l2, d, acc));
+  EXPECT_TRUE(cpu::kv_head_exceeds_l2(rows_filling_l2 + 1, d, acc));
+  EXPECT_FALSE(cpu::kv_head_exceeds_l2(rows_filling_l2, d, acc / 2)) << "bf16/fp16 K and V are half the bytes";
+  EXPECT_TRUE(cpu::kv_head_exceeds_l2(rows_filling_l2, 2 * d, acc));
+  // On a 2 MiB L2 (the Xeon): N = 4096 at d = 64 stays on TallTiles, d = 128 crosses over.
+  if (l2 == (2LL << 20)) {
+    EXPECT_FALSE(cpu::kv_head_exceeds_l2(4096, 64, acc));
+    EXPECT_TRUE(cpu::kv_head_exceeds_l2(4096, 128, acc));
+  }
+}
 
 }  // namespace
 }  // namespace flashattn::testing

@@ -50,7 +50,14 @@ void dispatch_tiles(const ForwardParams<T>& p, const Mask& mask, Accounting& acc
       if (cpu::amx::usable()) return dispatch_head_dim<cpu::AmxTiles<T>>(p, mask, acct);
     }
     if constexpr (std::is_same_v<Mask, NoMask>) {  // masked calls never instantiate the tall kernels
-      if (cpu::tall_query_blocks()) return dispatch_head_dim<cpu::TallTiles<T>>(p, mask, acct);
+      if (cpu::tall_query_blocks()) {
+        // fp32 only: the one type measured with them, and the other types spare the instantiation.
+        if constexpr (std::is_same_v<T, float>) {
+          if (cpu::kv_head_exceeds_l2(p.k.seq, p.q.dim, sizeof(float)))
+            return dispatch_head_dim<cpu::TallerTiles<T>>(p, mask, acct);
+        }
+        return dispatch_head_dim<cpu::TallTiles<T>>(p, mask, acct);
+      }
     }
     return dispatch_head_dim<cpu::DefaultTiles<T>>(p, mask, acct);
   } else {

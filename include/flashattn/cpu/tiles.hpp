@@ -52,6 +52,17 @@ template <int BlockQ, int BlockKV, int PanelQ>
 using PanelTiles = Tiles<BlockQ, BlockKV, kBestIsa, PanelQ>;
 template <class T>
 using TallTiles = PanelTiles<FLASHATTN_TALL_TILES>;
+// Taller still, for fp32 calls whose K and V of one head are larger than L2: every program then streams
+// them from L3, and 256-row programs (four 64-row panels) halve that stream against TallTiles. On the Xeon
+// (2 MiB L2), N = 4096, d = 128 (K + V 4 MiB): +2 to +8 % on one thread (two runs, both layouts), +3 to
+// +5 % on 16. At d = 64 (K + V 2 MiB, L2's size) one thread ran −1 % three times and −15 % once, and at
+// N = 1024 (K/V in L2) 256-row programs were 5–20 % slower (docs/performance.md): hence the strict size
+// rule below. FLASHATTN_TALLER_TILES overrides them (128, 64, 64 turns the rule off), for A/B runs.
+#ifndef FLASHATTN_TALLER_TILES
+#define FLASHATTN_TALLER_TILES 256, 64, 64
+#endif
+template <class T>
+using TallerTiles = PanelTiles<FLASHATTN_TALLER_TILES>;
 // bf16 on the AMX tile unit (tile_ops_amx.hpp), chosen at run time where the OS allows AMX, for every mask.
 // 32 × 128 was first or level among eight shapes against PyTorch on the Xeon (docs/performance.md): a
 // short block keeps Oᵀ in L1 while the tile unit loads and stores it per key tile, a wide key block
@@ -77,5 +88,11 @@ inline long l2_cache_bytes() {
 
 // Whether TallTiles should replace DefaultTiles on this CPU: when its L2 holds the taller working set.
 inline bool tall_query_blocks() { return l2_cache_bytes() >= (2L << 20); }
+
+// Whether one head's K and V (seq_k rows of d, both in the accumulator type) are larger than this CPU's
+// L2, so that they stream from L3 for every query block (the case for TallerTiles).
+inline bool kv_head_exceeds_l2(long long seq_k, long long d, long long acc_bytes) {
+  return 2 * seq_k * d * acc_bytes > l2_cache_bytes();
+}
 
 }  // namespace flashattn::cpu
