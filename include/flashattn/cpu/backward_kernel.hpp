@@ -48,6 +48,7 @@
 #include "flashattn/cpu/tile_ops.hpp"
 #include "flashattn/cpu/tile_ops_bf16.hpp"
 #include "flashattn/cpu/tiles.hpp"
+#include "flashattn/cpu/transpose.hpp"
 #include "flashattn/masks.hpp"
 
 namespace flashattn::cpu {
@@ -461,10 +462,19 @@ class BackwardKernel {
     }
   }
 
-  // out[r0 + i][c] = scale · src[c][i] for the n real rows of a block.
+  // out[r0 + i][c] = T(scale · src[c][i]) for the n real rows of a block. src is consumed: with unit dim
+  // stride it is scaled in place and moved by the forward's 16 × 16 (converting) transposes, which give
+  // the same bits as the element loop.
   template <int Block>
-  static void store_transposed(const TensorView<T>& out, index_t b, index_t h, index_t r0, int n, int d,
-                               const Acc* src, Acc scale) {
+  static void store_transposed(const TensorView<T>& out, index_t b, index_t h, index_t r0, int n, int d, Acc* src,
+                               Acc scale) {
+    if (out.stride_dim == 1) {
+      if (scale != Acc(1))
+        for (int c = 0; c < d; ++c)
+          for (int i = 0; i < n; ++i) src[c * Block + i] *= scale;
+      transpose<kIsa>(src, Block, out.row(b, r0, h), out.stride_seq, d, n);
+      return;
+    }
     for (int i = 0; i < n; ++i) {
       T* row = out.row(b, r0 + i, h);
       for (int c = 0; c < d; ++c) row[c * out.stride_dim] = T(src[c * Block + i] * scale);
