@@ -175,6 +175,36 @@ TYPED_TEST(BackwardTyped, BhsdLayoutAndScale) {
   EXPECT_TRUE(grads_match(pr, 0.3, band_of(opts, pr.q.view().seq, pr.k.view().seq)));
 }
 
+// Gradients written with a dim stride of 2 go element by element; contiguous ones are scaled in place and
+// moved by 16 × 16 transposes that convert on the way out (cpu/transpose.hpp, on AVX-512). Both must give
+// the same bits, in whole 16 × 16 blocks and at the edges (rows and a head dim of 40 that blocks do not fill).
+TYPED_TEST(BackwardTyped, StridedGradientsHaveTheBitsOfContiguousOnes) {
+  using T = typename TypeParam::T;
+  using Tiles = typename TypeParam::Tiles;
+  const index_t sq = 2 * Tiles::BlockQ + 21, sk = Tiles::BlockKV + 37, hq = 4, hkv = 2, d = 40;
+  GradProblem<T> pr(Layout::Bshd, 1, sq, sk, hq, hkv, d, 31);
+  AttentionOptions opts;
+  opts.causal = true;
+  opts.scale = 0.2;
+  pr.template forward<Tiles>(opts);
+  pr.template backward<Tiles>(opts);
+  std::vector<T> dq_buf(std::size_t(sq * hq * d * 2)), dk_buf(std::size_t(sk * hkv * d * 2)), dv_buf(dk_buf.size());
+  const auto spread = [&](std::vector<T>& buf, index_t seq, index_t heads) {
+    return TensorView<T>{buf.data(), 1, seq, heads, d, seq * heads * d * 2, heads * d * 2, d * 2, 2};
+  };
+  const TensorView<T> dq = spread(dq_buf, sq, hq), dk = spread(dk_buf, sk, hkv), dv = spread(dv_buf, sk, hkv);
+  attention_backward<Tiles>(pr.q.cview(), pr.k.cview(), pr.v.cview(), pr.o.cview(), pr.d_o.cview(), pr.lse.view(),
+                            dq, dk, dv, opts);
+  int differing = 0;
+  for (const auto& [strided, contiguous] : {std::pair{dq, pr.dq.view()}, std::pair{dk, pr.dk.view()},
+                                            std::pair{dv, pr.dv.view()}})
+    for (index_t s = 0; s < strided.seq; ++s)
+      for (index_t h = 0; h < strided.heads; ++h)
+        for (index_t c = 0; c < d; ++c)
+          differing += std::memcmp(&strided(0, s, h, c), &contiguous(0, s, h, c), sizeof(T)) != 0;
+  EXPECT_EQ(differing, 0);
+}
+
 // ---- Finite differences (double) ---------------------------------------------------------------------------
 
 // L(q, k, v) = Σ dO ∘ O, so dL/dx is the backward's dx. Central differences of L computed by the fp64

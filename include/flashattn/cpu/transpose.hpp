@@ -6,7 +6,9 @@
 // The move converts as it goes when the two sides differ (fp16 or bf16 Q rows into an fp32 Qᵀ, an fp32 Oᵀ
 // into fp16 O rows): the block is widened to fp32 as it is loaded and narrowed as it is stored, with the
 // same rounding as a scalar conversion (round to nearest even; NaN, infinity and subnormals as Eigen's
-// conversions give them), so the bits do not depend on which path moved an element.
+// conversions give them), so the bits do not depend on which path moved an element. One exception: a
+// signalling fp16 NaN is widened to a quiet one (vcvtph2ps sets the quiet bit; Eigen's scalar widening
+// keeps it signalling); it stays a NaN with its sign and payload either way.
 
 #include <type_traits>
 
