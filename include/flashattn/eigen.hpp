@@ -8,7 +8,7 @@
 #include <string>
 #include <type_traits>
 
-#include "flashattn/attention.hpp"
+#include "flashattn/forward.hpp"
 
 namespace flashattn {
 
@@ -39,7 +39,7 @@ void attention(const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k, c
   const auto view = [](const auto& m) {
     return single_head_view<const T>(m.data(), m.rows(), m.cols(), m.outerStride());
   };
-  attention_forward<AutoTiles, T>(view(qr), view(kr), view(vr),
+  attention_forward<T>(view(qr), view(kr), view(vr),
                                   single_head_view<T>(o.data(), o.rows(), o.cols(), o.outerStride()), options);
 }
 

@@ -1,13 +1,18 @@
 #pragma once
 // flashattn: exact attention computed the IO-aware way (FlashAttention) in header-only C++17.
-// This umbrella header brings in the whole public API except the Eigen convenience layer
-// (flashattn/eigen.hpp), which needs Eigen.
+// This umbrella header brings in the whole public API: the forward and backward entry points, views,
+// options, masks and variants, the CPU backend's context, and byte accounting. Not included: the Eigen
+// convenience layer (flashattn/eigen.hpp) and the naive reference (flashattn/reference/), which need Eigen.
+// docs/architecture.md shows how the headers are layered.
 
-#include "flashattn/accounting.hpp"
-#include "flashattn/attention.hpp"
 #include "flashattn/backward.hpp"
-#include "flashattn/errors.hpp"
-#include "flashattn/masks.hpp"
-#include "flashattn/options.hpp"
+#include "flashattn/core/errors.hpp"
+#include "flashattn/core/masks.hpp"
+#include "flashattn/core/options.hpp"
+#include "flashattn/core/variants.hpp"
+#include "flashattn/core/views.hpp"
+#include "flashattn/cpu/context.hpp"
+#include "flashattn/cpu/tiles.hpp"
+#include "flashattn/forward.hpp"
+#include "flashattn/instrument/accounting.hpp"
 #include "flashattn/version.hpp"
-#include "flashattn/views.hpp"

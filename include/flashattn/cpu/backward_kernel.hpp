@@ -22,7 +22,7 @@
 // count credits 5 (docs/backward.md). Extra memory is the two per-row statistics, O(batch·heads·seq_q),
 // plus per-worker tiles: no (seq_q × seq_k) buffer exists anywhere.
 //
-// Both programs run the forward's tile GEMMs (StorageOps of tile_ops.hpp: the FMA micro-kernels on the
+// Both programs run the forward's tile GEMMs (TileOps of tile_ops.hpp: the FMA micro-kernels on the
 // transposed layout, or the bf16 dot-product ones of tile_ops_bf16.hpp) with the roles of its operands
 // chosen per program, so that the accumulators hold the rows the program owns in packets and the rows it
 // streams are read as the forward reads K and V:
@@ -40,29 +40,32 @@
 #include <limits>
 #include <type_traits>
 
-#include "flashattn/backward_masks.hpp"
-#include "flashattn/backward_params.hpp"
+#include "flashattn/core/backward_params.hpp"
+#include "flashattn/core/kv_source.hpp"
+#include "flashattn/core/masks.hpp"
+#include "flashattn/core/sequence.hpp"
+#include "flashattn/core/variants.hpp"
 #include "flashattn/cpu/aligned_buffer.hpp"
-#include "flashattn/cpu/simd.hpp"
 #include "flashattn/cpu/prefetch.hpp"
+#include "flashattn/cpu/simd.hpp"
 #include "flashattn/cpu/tile_ops.hpp"
 #include "flashattn/cpu/tile_ops_bf16.hpp"
 #include "flashattn/cpu/tiles.hpp"
 #include "flashattn/cpu/transpose.hpp"
-#include "flashattn/masks.hpp"
 
 namespace flashattn::cpu {
 
 // Per query row, shared between the two programs: D = rowsum(dO ∘ O) and −LSE. Rows that kept no key
 // (LSE −inf) store −LSE = −inf as well, so that their recomputed P = exp(s − LSE) is exactly 0 and their
-// gradients vanish without a NaN from −inf − (−inf).
+// gradients vanish without a NaN from −inf − (−inf). Indexed (head, the sequence layout's row).
 template <class Acc>
 struct RowStats {
-  Acc* delta = nullptr;    // (batch, heads_q, seq_q)
-  Acc* neg_lse = nullptr;  // (batch, heads_q, seq_q)
-  index_t heads = 0, seq = 0;
+  Acc* delta = nullptr;    // (heads_q, layout rows)
+  Acc* neg_lse = nullptr;  // (heads_q, layout rows)
+  index_t rows_per_head = 0;
 
-  index_t offset(index_t b, index_t h) const { return (b * heads + h) * seq; }
+  // The first row of sequence `seq` of head h; `row0` is the layout's row of its query 0.
+  index_t offset(index_t h, index_t row0) const { return h * rows_per_head + row0; }
 };
 
 template <class T, class TileConfig, int HeadDim>
@@ -78,8 +81,8 @@ class BackwardKernel {
   static constexpr int W = V::width;
   // The forward's tile GEMMs, once with query rows in the packets (BlockQ wide, streaming key tiles of
   // BlockKV rows), once with key rows in the packets (BlockKV wide, streaming query tiles of BlockQ rows).
-  using OpsQ = StorageOps<T, BlockQ, BlockKV, HeadDim, kIsa>;
-  using OpsKV = StorageOps<T, BlockKV, BlockQ, HeadDim, kIsa>;
+  using OpsQ = TileOps<T, BlockQ, BlockKV, HeadDim, kIsa>;
+  using OpsKV = TileOps<T, BlockKV, BlockQ, HeadDim, kIsa>;
   static_assert(BlockKV % W == 0,
                 "the backward holds a key block in packets: BlockKV must be a multiple of the packet width");
 
@@ -87,25 +90,25 @@ class BackwardKernel {
   class DqScratch {
    public:
     explicit DqScratch(int d)
-        : qt_(OpsQ::q_elems(d)),
-          dot_(OpsQ::q_elems(d)),
-          stage_(3 * OpsQ::kv_stage_elems(d)),
+        : qt_(OpsQ::lane_elems(d)),
+          dot_(OpsQ::lane_elems(d)),
+          stage_(3 * OpsQ::stage_elems(d)),
           dqt_(std::size_t(d) * BlockQ),
           st_(std::size_t(BlockKV) * BlockQ),
           dpt_(std::size_t(BlockKV) * BlockQ),
           gt_(std::size_t(BlockKV) * BlockQ),
           rows_(3 * std::size_t(BlockQ) + std::size_t(d)),
-          stage_elems_(OpsQ::kv_stage_elems(d)) {
+          stage_elems_(OpsQ::stage_elems(d)) {
       // Lanes the score modifier never writes (padding rows) must multiply by a finite 0.
       std::fill(gt_.data(), gt_.data() + gt_.size(), Acc(0));
       std::fill(ones(), ones() + BlockQ, Acc(1));
     }
 
-    typename OpsQ::QElem* qt() { return qt_.data(); }     // Qᵀ, OpsQ's layout
-    typename OpsQ::QElem* dot() { return dot_.data(); }   // dOᵀ, OpsQ's layout
-    typename OpsQ::KvElem* k_stage() { return stage_.data(); }                     // K tile as qk reads it
-    typename OpsQ::KvElem* v_stage() { return stage_.data() + stage_elems_; }      // V tile as qk reads it
-    typename OpsQ::KvElem* kv_stage() { return stage_.data() + 2 * stage_elems_; } // K tile as pv reads it
+    typename OpsQ::LaneElem* qt() { return qt_.data(); }     // Qᵀ, OpsQ's layout
+    typename OpsQ::LaneElem* dot() { return dot_.data(); }   // dOᵀ, OpsQ's layout
+    typename OpsQ::StagedElem* k_stage() { return stage_.data(); }                     // K tile as qk reads it
+    typename OpsQ::StagedElem* v_stage() { return stage_.data() + stage_elems_; }      // V tile as qk reads it
+    typename OpsQ::StagedElem* kv_stage() { return stage_.data() + 2 * stage_elems_; } // K tile as pv reads it
     Acc* dqt() { return dqt_.data(); }                 // (d, BlockQ)       dQᵀ accumulator
     Acc* st() { return st_.data(); }                   // (BlockKV, BlockQ) Sᵀ = K·Qᵀ (unscaled), then Pᵀ
     Acc* dpt() { return dpt_.data(); }                 // (BlockKV, BlockQ) dPᵀ, then dSᵀ
@@ -116,8 +119,8 @@ class BackwardKernel {
     Acc* row_buf() { return rows_.data() + 3 * BlockQ; }  // (d)            one converted input row
 
    private:
-    AlignedBuffer<typename OpsQ::QElem> qt_, dot_;
-    AlignedBuffer<typename OpsQ::KvElem> stage_;
+    AlignedBuffer<typename OpsQ::LaneElem> qt_, dot_;
+    AlignedBuffer<typename OpsQ::StagedElem> stage_;
     AlignedBuffer<Acc> dqt_, st_, dpt_, gt_, rows_;
     std::size_t stage_elems_;
   };
@@ -126,26 +129,26 @@ class BackwardKernel {
   class DkvScratch {
    public:
     explicit DkvScratch(int d)
-        : kt_(OpsKV::q_elems(d)),
-          vt_(OpsKV::q_elems(d)),
-          stage_(4 * OpsKV::kv_stage_elems(d)),
+        : kt_(OpsKV::lane_elems(d)),
+          vt_(OpsKV::lane_elems(d)),
+          stage_(4 * OpsKV::stage_elems(d)),
           dkt_(std::size_t(d) * BlockKV),
           dvt_(std::size_t(d) * BlockKV),
           s_(std::size_t(BlockQ) * BlockKV),
           dp_(std::size_t(BlockQ) * BlockKV),
           g_(std::size_t(BlockQ) * BlockKV),
           rows_(std::size_t(BlockKV) + std::size_t(d)),
-          stage_elems_(OpsKV::kv_stage_elems(d)) {
+          stage_elems_(OpsKV::stage_elems(d)) {
       std::fill(g_.data(), g_.data() + g_.size(), Acc(0));
       std::fill(ones(), ones() + BlockKV, Acc(1));
     }
 
-    typename OpsKV::QElem* kt() { return kt_.data(); }  // Kᵀ, OpsKV's layout
-    typename OpsKV::QElem* vt() { return vt_.data(); }  // Vᵀ, OpsKV's layout
-    typename OpsKV::KvElem* q_stage() { return stage_.data(); }                        // Q rows as qk reads them
-    typename OpsKV::KvElem* do_stage() { return stage_.data() + stage_elems_; }        // dO rows as qk reads them
-    typename OpsKV::KvElem* q_pv_stage() { return stage_.data() + 2 * stage_elems_; }  // Q rows as pv reads them
-    typename OpsKV::KvElem* do_pv_stage() { return stage_.data() + 3 * stage_elems_; } // dO rows as pv reads them
+    typename OpsKV::LaneElem* kt() { return kt_.data(); }  // Kᵀ, OpsKV's layout
+    typename OpsKV::LaneElem* vt() { return vt_.data(); }  // Vᵀ, OpsKV's layout
+    typename OpsKV::StagedElem* q_stage() { return stage_.data(); }                        // Q rows as qk reads them
+    typename OpsKV::StagedElem* do_stage() { return stage_.data() + stage_elems_; }        // dO rows as qk reads them
+    typename OpsKV::StagedElem* q_pv_stage() { return stage_.data() + 2 * stage_elems_; }  // Q rows as pv reads them
+    typename OpsKV::StagedElem* do_pv_stage() { return stage_.data() + 3 * stage_elems_; } // dO rows as pv reads them
     Acc* dkt() { return dkt_.data(); }            // (d, BlockKV)      dKᵀ accumulator (unscaled)
     Acc* dvt() { return dvt_.data(); }            // (d, BlockKV)      dVᵀ accumulator
     Acc* s() { return s_.data(); }                // (BlockQ, BlockKV) S = Q·Kᵀ (unscaled), then P
@@ -155,33 +158,36 @@ class BackwardKernel {
     Acc* row_buf() { return rows_.data() + BlockKV; }  // (d)
 
    private:
-    AlignedBuffer<typename OpsKV::QElem> kt_, vt_;
-    AlignedBuffer<typename OpsKV::KvElem> stage_;
+    AlignedBuffer<typename OpsKV::LaneElem> kt_, vt_;
+    AlignedBuffer<typename OpsKV::StagedElem> stage_;
     AlignedBuffer<Acc> dkt_, dvt_, s_, dp_, g_, rows_;
     std::size_t stage_elems_;
   };
 
   // dQ of query rows [q0, q0 + BlockQ) of head h, and the rows' statistics (written to `stats`).
   template <class Mask>
-  static void run_dq(const BackwardParams<T>& p, const Mask& mask, index_t b, index_t h, index_t q0, DqScratch& s,
-                     const RowStats<Acc>& stats) {
+  static void run_dq(const BackwardParams<T>& p, const Mask& mask, const SequenceInfo& seq, index_t q0,
+                     DqScratch& s, const RowStats<Acc>& stats) {
     require_score_grad<Mask>();
-    const index_t q1 = std::min(q0 + BlockQ, p.q.seq);
+    const index_t b = seq.batch, h = seq.head;
+    const index_t q1 = std::min(q0 + BlockQ, seq.seq_q);
     const int rows = int(q1 - q0);
     const int d = HeadDim > 0 ? HeadDim : int(p.q.dim);
     const index_t h_kv = p.kv_head(h);
+    const auto k_rows = dense_kv(p.k), v_rows = dense_kv(p.v);
+    const index_t stat0 = stats.offset(h, p.seqs.q_row(b, 0));
 
-    OpsQ::load_q(s.qt(), s.row_buf(), p.q, b, h, q0, rows, d);
-    OpsQ::load_q(s.dot(), s.row_buf(), p.d_o, b, h, q0, rows, d);
+    OpsQ::load_lanes(s.qt(), s.row_buf(), p.q, b, h, q0, rows, d);
+    OpsQ::load_lanes(s.dot(), s.row_buf(), p.d_o, b, h, q0, rows, d);
     row_statistics(p, b, h, q0, rows, d, s.delta(), s.neg_lse());
 
     // Clipped to the keys that exist, so that no mask policy, however written, can make us read past K/V.
     // The tiles start at kv_begin, as in the forward, so that the same tiles are asked the same questions.
     const index_t kv_begin = std::max(mask.kv_begin(q0, q1), index_t{0});
-    const index_t kv_end = std::min(mask.kv_end(q0, q1), p.k.seq);
+    const index_t kv_end = std::min(mask.kv_end(q0, q1), seq.seq_k);
     if constexpr (std::is_same_v<Acc, double>) refine_lse(p, mask, b, h_kv, q0, rows, d, kv_begin, kv_end, s);
-    std::copy(s.delta(), s.delta() + rows, stats.delta + stats.offset(b, h) + q0);
-    std::copy(s.neg_lse(), s.neg_lse() + rows, stats.neg_lse + stats.offset(b, h) + q0);
+    std::copy(s.delta(), s.delta() + rows, stats.delta + stat0 + q0);
+    std::copy(s.neg_lse(), s.neg_lse() + rows, stats.neg_lse + stat0 + q0);
 
     std::fill(s.dqt(), s.dqt() + std::size_t(d) * BlockQ, Acc(0));
     for (index_t k0 = kv_begin; k0 < kv_end; k0 += BlockKV) {
@@ -190,51 +196,54 @@ class BackwardKernel {
       if (kind == TileKind::Empty) continue;
       const int cols = int(k1 - k0);
 
-      const auto k_tile = OpsQ::stage_k(s.k_stage(), p.k, b, h_kv, k0, cols, d);
+      const auto k_tile = OpsQ::stage_for_qk(s.k_stage(), k_rows, b, h_kv, k0, cols, d);
       // Sᵀ (cols, BlockQ) = K·Qᵀ, while this tile's V rows are fetched.
-      OpsQ::qk(s.st(), s.qt(), k_tile, cols, d, prefetch_rows(p.v, b, h_kv, k0, cols, d));
-      if (kind == TileKind::Partial || Mask::modifies_scores)
+      OpsQ::qk(s.st(), s.qt(), k_tile, cols, d, prefetch_rows(v_rows, b, h_kv, k0, cols, d));
+      if (kind == TileKind::Partial || modifies_scores_v<Mask>)
         mask_transposed(s.st(), s.gt(), mask, Acc(p.scale), q0, rows, k0, cols);
 
-      const auto v_tile = OpsQ::stage_k(s.v_stage(), p.v, b, h_kv, k0, cols, d);
+      const auto v_tile = OpsQ::stage_for_qk(s.v_stage(), v_rows, b, h_kv, k0, cols, d);
       OpsQ::qk(s.dpt(), s.dot(), v_tile, cols, d);  // dPᵀ (cols, BlockQ) = V·dOᵀ
 
       // Sᵀ -> Pᵀ (kept in st) and dPᵀ -> dSᵀ (in dpt).
-      probabilities_and_ds_transposed<Mask::modifies_scores>(s.st(), s.dpt(), s.gt(), cols, score_scale<Mask>(p),
+      probabilities_and_ds_transposed<modifies_scores_v<Mask>>(s.st(), s.dpt(), s.gt(), cols, score_scale<Mask>(p),
                                                              s.delta(), s.neg_lse());
 
       // dQᵀ (d, BlockQ) += Kᵀ·dSᵀ, while the next tile's K rows are fetched.
-      const auto k_as_v = OpsQ::stage_v(s.kv_stage(), p.k, b, h_kv, k0, cols, d);
+      const auto k_as_v = OpsQ::stage_for_pv(s.kv_stage(), k_rows, b, h_kv, k0, cols, d);
       const int next_cols = int(std::min<index_t>(BlockKV, kv_end - k1));
-      OpsQ::pv(s.dqt(), s.ones(), s.dpt(), k_as_v, cols, d, prefetch_rows(p.k, b, h_kv, k1, next_cols, d));
+      OpsQ::pv(s.dqt(), s.ones(), s.dpt(), k_as_v, cols, d, prefetch_rows(k_rows, b, h_kv, k1, next_cols, d));
     }
     store_transposed<BlockQ>(p.dq, b, h, q0, rows, d, s.dqt(), Acc(p.scale));
   }
 
-  // dK and dV of key rows [k0, k0 + BlockKV) of KV head h_kv, summed over the query heads of its group.
-  // Reads the row statistics that every run_dq has written.
+  // dK and dV of key rows [k0, k0 + BlockKV) of KV head h_kv in batch entry b, summed over the query
+  // heads of its group (each with its own policy: core/variants.hpp's policy_for). Reads the row
+  // statistics that every run_dq has written.
   template <class Mask>
   static void run_dkv(const BackwardParams<T>& p, const Mask& mask, index_t b, index_t h_kv, index_t k0,
                       DkvScratch& s, const RowStats<Acc>& stats) {
-    const index_t k1 = std::min(k0 + BlockKV, p.k.seq);
+    const index_t seq_q = p.seqs.q_len(b);
+    const index_t k1 = std::min(k0 + BlockKV, p.seqs.kv_len(b));
     const int cols = int(k1 - k0);
     const int d = HeadDim > 0 ? HeadDim : int(p.q.dim);
+    const auto q_rows_src = dense_kv(p.q), do_rows_src = dense_kv(p.d_o);
 
-    OpsKV::load_q(s.kt(), s.row_buf(), p.k, b, h_kv, k0, cols, d);
-    OpsKV::load_q(s.vt(), s.row_buf(), p.v, b, h_kv, k0, cols, d);
+    OpsKV::load_lanes(s.kt(), s.row_buf(), p.k, b, h_kv, k0, cols, d);
+    OpsKV::load_lanes(s.vt(), s.row_buf(), p.v, b, h_kv, k0, cols, d);
     std::fill(s.dkt(), s.dkt() + std::size_t(d) * BlockKV, Acc(0));
     std::fill(s.dvt(), s.dvt() + std::size_t(d) * BlockKV, Acc(0));
 
-    const index_t q_blocks = (p.q.seq + BlockQ - 1) / BlockQ;
+    const index_t q_blocks = (seq_q + BlockQ - 1) / BlockQ;
     for (index_t h = h_kv * p.group; h < (h_kv + 1) * p.group; ++h) {
-      const auto head_mask = mask_for_head(mask, b, h);
+      const auto head_mask = policy_for(mask, sequence_info(p.seqs, b, h));
       using HeadMask = std::remove_cv_t<decltype(head_mask)>;
       require_score_grad<HeadMask>();
-      const Acc* delta = stats.delta + stats.offset(b, h);
-      const Acc* neg_lse = stats.neg_lse + stats.offset(b, h);
+      const Acc* delta = stats.delta + stats.offset(h, p.seqs.q_row(b, 0));
+      const Acc* neg_lse = stats.neg_lse + stats.offset(h, p.seqs.q_row(b, 0));
 
       for (index_t qb = 0; qb < q_blocks; ++qb) {
-        const index_t q0 = qb * BlockQ, q1 = std::min(q0 + BlockQ, p.q.seq);
+        const index_t q0 = qb * BlockQ, q1 = std::min(q0 + BlockQ, seq_q);
         // The keys of this block that the query block can keep, on the forward's terms: inside the
         // block's [kv_begin, kv_end) and in a tile the policy does not call Empty.
         const index_t lo = std::max({head_mask.kv_begin(q0, q1), k0, index_t{0}});
@@ -245,24 +254,24 @@ class BackwardKernel {
         const bool partial = kind == TileKind::Partial || lo > k0 || hi < k1;
         const int rows = int(q1 - q0);
 
-        const auto q_rows = OpsKV::stage_k(s.q_stage(), p.q, b, h, q0, rows, d);
+        const auto q_rows = OpsKV::stage_for_qk(s.q_stage(), q_rows_src, b, h, q0, rows, d);
         // S (rows, BlockKV) = Q·Kᵀ, while this block's dO rows are fetched.
-        OpsKV::qk(s.s(), s.kt(), q_rows, rows, d, prefetch_rows(p.d_o, b, h, q0, rows, d));
-        if (partial || HeadMask::modifies_scores || cols < BlockKV)
+        OpsKV::qk(s.s(), s.kt(), q_rows, rows, d, prefetch_rows(do_rows_src, b, h, q0, rows, d));
+        if (partial || modifies_scores_v<HeadMask> || cols < BlockKV)
           mask_rows(s.s(), s.g(), head_mask, Acc(p.scale), partial, q0, rows, k0, cols, lo, hi);
-        const auto do_rows = OpsKV::stage_k(s.do_stage(), p.d_o, b, h, q0, rows, d);
+        const auto do_rows = OpsKV::stage_for_qk(s.do_stage(), do_rows_src, b, h, q0, rows, d);
         OpsKV::qk(s.dp(), s.vt(), do_rows, rows, d);  // dP (rows, BlockKV) = dO·Vᵀ
 
         // S -> P (in s) and dP -> dS (in dp).
-        probabilities_and_ds_rows<HeadMask::modifies_scores>(s.s(), s.dp(), s.g(), rows, score_scale<HeadMask>(p),
+        probabilities_and_ds_rows<modifies_scores_v<HeadMask>>(s.s(), s.dp(), s.g(), rows, score_scale<HeadMask>(p),
                                                              delta + q0, neg_lse + q0);
 
-        const auto do_as_v = OpsKV::stage_v(s.do_pv_stage(), p.d_o, b, h, q0, rows, d);
+        const auto do_as_v = OpsKV::stage_for_pv(s.do_pv_stage(), do_rows_src, b, h, q0, rows, d);
         OpsKV::pv(s.dvt(), s.ones(), s.s(), do_as_v, rows, d);  // dVᵀ (d, BlockKV) += dOᵀ·P
-        const auto q_as_v = OpsKV::stage_v(s.q_pv_stage(), p.q, b, h, q0, rows, d);
-        const int next_rows = int(std::min<index_t>(BlockQ, p.q.seq - q1));
+        const auto q_as_v = OpsKV::stage_for_pv(s.q_pv_stage(), q_rows_src, b, h, q0, rows, d);
+        const int next_rows = int(std::min<index_t>(BlockQ, seq_q - q1));
         OpsKV::pv(s.dkt(), s.ones(), s.dp(), q_as_v, rows, d,
-                  prefetch_rows(p.q, b, h, q1, next_rows, d));  // dKᵀ (d, BlockKV) += Qᵀ·dS
+                  prefetch_rows(q_rows_src, b, h, q1, next_rows, d));  // dKᵀ (d, BlockKV) += Qᵀ·dS
       }
     }
     store_transposed<BlockKV>(p.dk, b, h_kv, k0, cols, d, s.dkt(), Acc(p.scale));
@@ -278,14 +287,16 @@ class BackwardKernel {
     static_assert(differentiable_mask_v<Mask>,
                   "flashattn: the backward differentiates through a score-changing mask policy (modifies_scores) "
                   "only if it provides score_grad(i, j, s) = d score(i, j, s)/ds; build it with "
-                  "score_mod(base, fn, grad_fn) (backward_masks.hpp)");
+                  "score_mod(base, fn, grad_fn) (core/variants.hpp)");
+    static_assert(!transforms_output_v<Mask>,
+                  "flashattn: the backward does not differentiate through an output transform (transform_output)");
   }
 
   // What multiplies a score tile on its way into the softmax: the tiles hold unscaled q·k, except under a
   // score modifier, which has already turned them into natural-unit scores s' = score(scale·q·k).
   template <class Mask>
   static Acc score_scale(const BackwardParams<T>& p) {
-    return Mask::modifies_scores ? Acc(1) : Acc(p.scale);
+    return modifies_scores_v<Mask> ? Acc(1) : Acc(p.scale);
   }
 
   // P = exp(scale·s − LSE), computed as 2^(fma(s, scale, −LSE)·log2(e)). The fused multiply-subtract
@@ -328,9 +339,9 @@ class BackwardKernel {
       const TileKind kind = mask.tile(q0, q1, k0, k1);
       if (kind == TileKind::Empty) continue;
       const int cols = int(k1 - k0);
-      const auto k_tile = OpsQ::stage_k(s.k_stage(), p.k, b, h_kv, k0, cols, d);
+      const auto k_tile = OpsQ::stage_for_qk(s.k_stage(), dense_kv(p.k), b, h_kv, k0, cols, d);
       OpsQ::qk(s.st(), s.qt(), k_tile, cols, d);
-      if (kind == TileKind::Partial || Mask::modifies_scores)
+      if (kind == TileKind::Partial || modifies_scores_v<Mask>)
         mask_transposed(s.st(), s.gt(), mask, Acc(p.scale), q0, rows, k0, cols);
       for (int i = 0; i < BlockQ; i += W) {
         const Reg shift = V::load(s.neg_lse() + i);
@@ -394,7 +405,7 @@ class BackwardKernel {
   template <class Mask>
   static void mask_transposed(Acc* st, Acc* gt, const Mask& mask, Acc scale, index_t q0, int rows, index_t k0,
                               int cols) {
-    if constexpr (has_query_range<Mask>::value && !Mask::modifies_scores) {
+    if constexpr (has_query_range<Mask>::value && !modifies_scores_v<Mask>) {
       for (int j = 0; j < cols; ++j) {
         const RowSpan kept = rows_keeping_key(mask, k0 + j, q0, rows);
         mask_outside(st + j * BlockQ, kept.first, kept.last, rows);
@@ -416,7 +427,7 @@ class BackwardKernel {
   template <class Mask>
   static void mask_rows(Acc* s, Acc* g, const Mask& mask, Acc scale, bool partial, index_t q0, int rows, index_t k0,
                         int cols, index_t lo, index_t hi) {
-    if constexpr (has_key_range<Mask>::value && !Mask::modifies_scores) {
+    if constexpr (has_key_range<Mask>::value && !modifies_scores_v<Mask>) {
       for (int i = 0; i < rows; ++i) {
         Acc* s_row = s + i * BlockKV;
         index_t first = 0, last = cols;  // the kept columns
@@ -455,7 +466,7 @@ class BackwardKernel {
     if (!keep) {
       s = -kInf;
       g = Acc(0);
-    } else if constexpr (Mask::modifies_scores) {
+    } else if constexpr (modifies_scores_v<Mask>) {
       const Acc natural = s * scale;
       s = Acc(mask.score(i, j, natural));
       g = Acc(mask.score_grad(i, j, natural));

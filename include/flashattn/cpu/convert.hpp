@@ -9,7 +9,7 @@
 #include <type_traits>
 
 #include "flashattn/cpu/simd.hpp"
-#include "flashattn/views.hpp"
+#include "flashattn/core/views.hpp"
 
 namespace Eigen {
 struct half;
@@ -27,7 +27,7 @@ inline constexpr bool is_fp16 = std::is_same_v<std::remove_cv_t<T>, Eigen::half>
 template <class Acc, class T>
 inline void load_row(Acc* dst, const T* src, index_t stride, int n, Acc scale = Acc(1)) {
   if constexpr (std::is_same_v<Acc, std::remove_cv_t<T>>) {
-    if (stride == 1 && scale == Acc(1)) {  // a plain copy (K/V tiles kept by kv_tile_cache.hpp)
+    if (stride == 1 && scale == Acc(1)) {  // a plain copy (K/V tiles kept by staged_tile_cache.hpp)
       std::memcpy(dst, src, sizeof(Acc) * std::size_t(n));
       return;
     }

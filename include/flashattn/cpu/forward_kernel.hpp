@@ -4,24 +4,27 @@
 // softmax update, O += P·V, and normalise at the end. The rows are worked on in panels of PanelQ
 // (tiles.hpp), each panel taking its turn on a K/V tile while that tile is in cache. Scratch is
 // O(PanelQ·BlockKV + (BlockQ + BlockKV)·d) per worker, plus the staged K/V tiles a worker keeps for its
-// next query blocks of the same head (at most kKvTileCacheBytes, kv_tile_cache.hpp): no (seq_q × seq_k)
+// next query blocks of the same head (at most kStagedTileCacheBytes, staged_tile_cache.hpp): no (seq_q × seq_k)
 // buffer exists anywhere.
 
 #include <algorithm>
 #include <limits>
 #include <type_traits>
 
-#include "flashattn/accounting.hpp"
+#include "flashattn/core/forward_params.hpp"
+#include "flashattn/core/masks.hpp"
+#include "flashattn/core/sequence.hpp"
+#include "flashattn/core/variants.hpp"
 #include "flashattn/cpu/aligned_buffer.hpp"
-#include "flashattn/cpu/kv_tile_cache.hpp"
+#include "flashattn/cpu/forward_epilogue.hpp"
 #include "flashattn/cpu/online_softmax.hpp"
+#include "flashattn/cpu/prefetch.hpp"
+#include "flashattn/cpu/staged_tile_cache.hpp"
 #include "flashattn/cpu/tile_ops.hpp"
 #include "flashattn/cpu/tile_ops_amx.hpp"
 #include "flashattn/cpu/tile_ops_bf16.hpp"
 #include "flashattn/cpu/tiles.hpp"
-#include "flashattn/cpu/transpose.hpp"
-#include "flashattn/masks.hpp"
-#include "flashattn/params.hpp"
+#include "flashattn/instrument/accounting.hpp"
 
 namespace flashattn::cpu {
 
@@ -33,10 +36,11 @@ class ForwardKernel {
   static constexpr int BlockKV = TileConfig::BlockKV;
   static constexpr int PanelQ = TileConfig::PanelQ;
   static constexpr int kPanels = BlockQ / PanelQ;
-  using Ops = StorageOps<T, PanelQ, BlockKV, HeadDim, TileConfig::isa>;
+  using Ops = TileOps<T, PanelQ, BlockKV, HeadDim, TileConfig::isa>;
   using Softmax = OnlineSoftmax<Acc, PanelQ, TileConfig::isa>;
-  using KvTile = typename Ops::KvTile;
-  using KvCache = KvTileCache<KvTile, typename Ops::KvElem>;
+  using Epilogue = ForwardEpilogue<T, Acc, PanelQ, TileConfig::isa>;
+  using StagedTile = typename Ops::StagedTile;
+  using TileCache = StagedTileCache<StagedTile, typename Ops::StagedElem>;
 
   // The working set of one worker, reused across its programs of one call (the K/V tiles it keeps are
   // that call's data: a new call takes a new Scratch). Created and destroyed on the worker's thread, so
@@ -45,52 +49,52 @@ class ForwardKernel {
    public:
     explicit Scratch(int d)
         : setup_(),
-          q_elems_(Ops::q_elems(d)),
+          q_elems_(Ops::lane_elems(d)),
           o_elems_(std::size_t(d) * PanelQ),
           qt_(kPanels * q_elems_),
-          k_stage_(Ops::kv_stage_elems(d)),
-          v_stage_(Ops::kv_stage_elems(d)),
+          k_stage_(Ops::stage_elems(d)),
+          v_stage_(Ops::stage_elems(d)),
           ot_(kPanels * o_elems_),
           st_(std::size_t(BlockKV) * PanelQ),
           rows_(3 * std::size_t(PanelQ) + std::size_t(d)),
-          kv_cache_(Ops::kv_stage_elems(d)) {}
+          tile_cache_(Ops::stage_elems(d)) {}
 
-    typename Ops::QElem* qt(int g) { return qt_.data() + g * q_elems_; }  // panel g's Qᵀ tile, Ops' layout
-    typename Ops::KvElem* k_stage() { return k_stage_.data(); }
-    typename Ops::KvElem* v_stage() { return v_stage_.data(); }
+    typename Ops::LaneElem* qt(int g) { return qt_.data() + g * q_elems_; }  // panel g's Qᵀ tile, Ops' layout
+    typename Ops::StagedElem* k_stage() { return k_stage_.data(); }
+    typename Ops::StagedElem* v_stage() { return v_stage_.data(); }
     Acc* ot(int g) { return ot_.data() + g * o_elems_; }   // (d, PanelQ)       panel g's Oᵀ accumulator
     Acc* st() { return st_.data(); }                        // (BlockKV, PanelQ) Sᵀ, then Pᵀ, of one panel
     Acc* alpha() { return rows_.data(); }                   // (PanelQ) O rescale of the current tile
     Acc* inv_l() { return rows_.data() + PanelQ; }          // (PanelQ)
     Acc* lse() { return rows_.data() + 2 * PanelQ; }        // (PanelQ)
     Acc* row_buf() { return rows_.data() + 3 * PanelQ; }    // (d) one converted input row
-    KvCache& kv_cache() { return kv_cache_; }              // staged tiles kept for the head's next blocks
+    TileCache& tile_cache() { return tile_cache_; }              // staged tiles kept for the head's next blocks
 
    private:
     worker_setup_t<Ops> setup_;  // first: set up before, and torn down after, everything that uses it
     std::size_t q_elems_, o_elems_;
-    AlignedBuffer<typename Ops::QElem> qt_;
-    AlignedBuffer<typename Ops::KvElem> k_stage_, v_stage_;
+    AlignedBuffer<typename Ops::LaneElem> qt_;
+    AlignedBuffer<typename Ops::StagedElem> k_stage_, v_stage_;
     AlignedBuffer<Acc> ot_, st_, rows_;
-    KvCache kv_cache_;
+    TileCache tile_cache_;
   };
 
   // Query rows [q0, q0 + BlockQ) of head h in batch b, against all keys: the final O and LSE rows.
   template <class Mask, class Accounting>
-  static void run(const ForwardParams<T>& p, const Mask& mask, index_t b, index_t h, index_t q0, Scratch& s,
+  static void run(const ForwardParams<T>& p, const Mask& mask, const SequenceInfo& seq, index_t q0, Scratch& s,
                   Accounting& acct) {
-    const int d = HeadDim > 0 ? HeadDim : int(p.q.dim);
+    const int d = HeadDim > 0 ? HeadDim : int(p.head_dim());
     Softmax softmax[kPanels];
-    const int panels = attend(p, mask, b, h, q0, 0, p.k.seq, s, softmax, acct);
+    const int panels = attend(p, mask, seq, q0, 0, seq.seq_k, s, softmax, acct);
 
     for (int g = 0; g < panels; ++g) {
       const index_t qg = q0 + g * PanelQ;
-      const int rows = int(std::min<index_t>(PanelQ, p.q.seq - qg));
+      const int rows = int(std::min<index_t>(PanelQ, seq.seq_q - qg));
       softmax[g].finalize(s.inv_l(), s.lse());
-      store_o(p.o, b, h, qg, rows, d, s.ot(g), s.inv_l());
+      Epilogue::store_o(p.o, mask, seq, qg, rows, d, s.ot(g), s.inv_l());
       acct.write(Traffic::O, rows * d * index_t(sizeof(T)));
       if (!p.lse.empty()) {
-        for (int i = 0; i < rows; ++i) p.lse(b, h, qg + i) = float(s.lse()[i]);
+        for (int i = 0; i < rows; ++i) p.lse(seq.batch, seq.head, qg + i) = float(s.lse()[i]);
         acct.write(Traffic::Lse, index_t(rows) * index_t(sizeof(float)));
       }
     }
@@ -98,21 +102,18 @@ class ForwardKernel {
 
   // The same rows against keys [kv_lo, kv_hi) only, for split-KV: writes the unnormalised O rows and the
   // softmax state (running max in base-2 units, running sum) to `part` (rows of d, rows, rows).
+  // A variant's output transform (core/variants.hpp) applies to the merged output (forward_scheduler.hpp).
   template <class Mask, class Accounting>
-  static void run_partial(const ForwardParams<T>& p, const Mask& mask, index_t b, index_t h, index_t q0,
+  static void run_partial(const ForwardParams<T>& p, const Mask& mask, const SequenceInfo& seq, index_t q0,
                           index_t kv_lo, index_t kv_hi, Scratch& s, Acc* part_o, Acc* part_m, Acc* part_l,
                           Accounting& acct) {
-    const int d = HeadDim > 0 ? HeadDim : int(p.q.dim);
+    const int d = HeadDim > 0 ? HeadDim : int(p.head_dim());
     Softmax softmax[kPanels];
-    const int panels = attend(p, mask, b, h, q0, kv_lo, kv_hi, s, softmax, acct);
+    const int panels = attend(p, mask, seq, q0, kv_lo, kv_hi, s, softmax, acct);
     for (int g = 0; g < panels; ++g) {
       const int r0 = g * PanelQ;
-      const int rows = int(std::min<index_t>(PanelQ, p.q.seq - q0 - r0));
-      for (int i = 0; i < rows; ++i) {
-        part_m[r0 + i] = softmax[g].running_max(i);
-        part_l[r0 + i] = softmax[g].running_sum(i);
-      }
-      transpose<TileConfig::isa>(s.ot(g), PanelQ, part_o + std::size_t(r0) * d, d, d, rows);
+      const int rows = int(std::min<index_t>(PanelQ, seq.seq_q - q0 - r0));
+      Epilogue::store_partial(softmax[g], s.ot(g), rows, d, part_o + std::size_t(r0) * d, part_m + r0, part_l + r0);
     }
   }
 
@@ -121,34 +122,40 @@ class ForwardKernel {
   // Oᵀ in s.ot(g) and its running max and sum in softmax[g]. Returns the number of panels the block has
   // (fewer than kPanels in a short last block).
   template <class Mask, class Accounting>
-  static int attend(const ForwardParams<T>& p, const Mask& mask, index_t b, index_t h, index_t q0, index_t kv_lo,
+  static int attend(const ForwardParams<T>& p, const Mask& mask, const SequenceInfo& seq, index_t q0, index_t kv_lo,
                     index_t kv_hi, Scratch& s, Softmax* softmax, Accounting& acct) {
-    const index_t q1 = std::min(q0 + BlockQ, p.q.seq);
+    const index_t b = seq.batch, h = seq.head, seq_k = seq.seq_k;
+    const index_t q1 = std::min(q0 + BlockQ, seq.seq_q);
     const int panels = int((q1 - q0 + PanelQ - 1) / PanelQ);
     const auto panel_end = [&](int g) { return std::min(q0 + (g + 1) * PanelQ, q1); };
-    const int d = HeadDim > 0 ? HeadDim : int(p.q.dim);
+    const int d = HeadDim > 0 ? HeadDim : int(p.head_dim());
     const index_t h_kv = p.kv_head(h);
     const index_t row_bytes = d * index_t(sizeof(T));
 
     // Raw scores become base-2 logits inside the softmax (exp2 instead of exp). A score modifier sees,
     // and returns, natural units scale·q·k, so then only log2(e) remains to apply.
     constexpr Acc log2e = Acc(1.4426950408889634074);
-    const Acc score_scale = Mask::modifies_scores ? log2e : Acc(p.scale) * log2e;
+    const Acc score_scale = modifies_scores_v<Mask> ? log2e : Acc(p.scale) * log2e;
 
-    const bool keep_k = kKvTileCacheBytes > 0 && Ops::keeps_k(p.k, d);
-    const bool keep_v = kKvTileCacheBytes > 0 && Ops::keeps_v(p.v, d);
-    if (keep_k || keep_v) s.kv_cache().keep_head(b, h_kv, (p.k.seq + BlockKV - 1) / BlockKV);
+    const bool keep_k = kStagedTileCacheBytes > 0 && Ops::keeps_qk_tiles(p.k, d);
+    const bool keep_v = kStagedTileCacheBytes > 0 && Ops::keeps_pv_tiles(p.v, d);
+    if (keep_k || keep_v) s.tile_cache().keep_head(b, h_kv, (seq_k + BlockKV - 1) / BlockKV);
 
     for (int g = 0; g < panels; ++g) {
       const index_t qg = q0 + g * PanelQ;
       const int rows = int(panel_end(g) - qg);
-      Ops::load_q(s.qt(g), s.row_buf(), p.q, b, h, qg, rows, d);
+      Ops::load_lanes(s.qt(g), s.row_buf(), p.q, b, h, qg, rows, d);
       acct.read(Traffic::Q, rows * row_bytes);
       std::fill(s.ot(g), s.ot(g) + std::size_t(d) * PanelQ, Acc(0));
+      // A sink is one more logit in every row's denominator, attending no value: the softmax state starts
+      // from it (m = sink, ℓ = 1) in the one key range that starts at key 0.
+      if constexpr (has_sink_v<Mask>) {
+        if (kv_lo == 0) softmax[g].start_from(Acc(mask.sink_logit()) * log2e);
+      }
     }
 
     // Clipped to the keys that exist, so that no mask policy, however written, can make us read past K/V.
-    const index_t kv_end = std::min({mask.kv_end(q0, q1), kv_hi, p.k.seq});
+    const index_t kv_end = std::min({mask.kv_end(q0, q1), kv_hi, seq_k});
     for (index_t k0 = std::max({mask.kv_begin(q0, q1), kv_lo, index_t{0}}); k0 < kv_end; k0 += BlockKV) {
       const index_t k1 = std::min(k0 + BlockKV, kv_end);
       const TileKind kind = mask.tile(q0, q1, k0, k1);
@@ -156,15 +163,15 @@ class ForwardKernel {
       const int cols = int(k1 - k0);
       // A whole tile of the key grid can be kept for the head's next query blocks; a tile cut short by a
       // mask's edge is staged for this block only.
-      const bool grid_tile = k0 % BlockKV == 0 && k1 == std::min<index_t>(k0 + BlockKV, p.k.seq);
+      const bool grid_tile = k0 % BlockKV == 0 && k1 == std::min<index_t>(k0 + BlockKV, seq_k);
       const index_t t = k0 / BlockKV;
 
-      const KvTile k_tile = tile(s, KvCache::K, keep_k && grid_tile, t, s.k_stage(), cols, d, acct,
-                                 [&](typename Ops::KvElem* dst, bool copy) {
-                                   return Ops::stage_k(dst, p.k, b, h_kv, k0, cols, d, copy);
+      const StagedTile k_tile = tile(s, TileCache::K, keep_k && grid_tile, t, s.k_stage(), cols, d, acct,
+                                 [&](typename Ops::StagedElem* dst, bool copy) {
+                                   return Ops::stage_for_qk(dst, p.k, b, h_kv, k0, cols, d, copy);
                                  });
       acct.read(Traffic::K, cols * row_bytes);
-      KvTile v_tile{nullptr, 0};
+      StagedTile v_tile{nullptr, 0};
       const int next_cols = int(std::min<index_t>(BlockKV, kv_end - k1));
 
       for (int g = 0; g < panels; ++g) {
@@ -174,15 +181,15 @@ class ForwardKernel {
         // While Q·Kᵀ runs, V's rows of this tile are fetched; while P·V runs, K's rows of the next.
         Ops::qk(s.st(), s.qt(g), k_tile, cols, d, prefetch_rows(p.v, b, h_kv, k0, cols, d));  // Sᵀ (cols, PanelQ)
 
-        if (panel_kind == TileKind::Partial || Mask::modifies_scores)
+        if (panel_kind == TileKind::Partial || modifies_scores_v<Mask>)
           apply_mask(s.st(), mask, qg, int(qg1 - qg), k0, cols, Acc(p.scale));
 
         softmax[g].update(s.st(), cols, score_scale, s.alpha());  // Sᵀ -> Pᵀ, alpha
 
         if (v_tile.data == nullptr) {  // staged for the first panel that uses it
-          v_tile = tile(s, KvCache::V, keep_v && grid_tile, t, s.v_stage(), cols, d, acct,
-                        [&](typename Ops::KvElem* dst, bool copy) {
-                          return Ops::stage_v(dst, p.v, b, h_kv, k0, cols, d, copy);
+          v_tile = tile(s, TileCache::V, keep_v && grid_tile, t, s.v_stage(), cols, d, acct,
+                        [&](typename Ops::StagedElem* dst, bool copy) {
+                          return Ops::stage_for_pv(dst, p.v, b, h_kv, k0, cols, d, copy);
                         });
           acct.read(Traffic::V, cols * row_bytes);
         }
@@ -197,11 +204,11 @@ class ForwardKernel {
   // into its kept slot (`keep`, within budget), or else read in place or staged into `stage` for this
   // block only. stage(dst, copy) stages into dst; copy: never return the rows in place.
   template <class Stage, class Accounting>
-  static KvTile tile(Scratch& s, typename KvCache::Matrix m, bool keep, index_t t, typename Ops::KvElem* stage,
+  static StagedTile tile(Scratch& s, typename TileCache::Matrix m, bool keep, index_t t, typename Ops::StagedElem* stage,
                      int cols, int d, Accounting& acct, Stage&& stage_fn) {
     if (keep) {
-      const KvTile kept = s.kv_cache().get(m, t, [&](typename Ops::KvElem* slot) {
-        acct.write(Traffic::KvCache, index_t(cols) * d * index_t(sizeof(typename Ops::KvElem)));
+      const StagedTile kept = s.tile_cache().get(m, t, [&](typename Ops::StagedElem* slot) {
+        acct.write(Traffic::StagedTiles, index_t(cols) * d * index_t(sizeof(typename Ops::StagedElem)));
         return stage_fn(slot, true);
       });
       if (kept.data != nullptr) return kept;
@@ -217,7 +224,7 @@ class ForwardKernel {
   template <class Mask>
   static void apply_mask(Acc* st, const Mask& mask, index_t q0, int rows, index_t k0, int cols, Acc scale) {
     constexpr Acc neg_inf = -std::numeric_limits<Acc>::infinity();
-    if constexpr (has_query_range<Mask>::value && !Mask::modifies_scores) {
+    if constexpr (has_query_range<Mask>::value && !modifies_scores_v<Mask>) {
       for (int j = 0; j < cols; ++j) {
         Acc* s_row = st + j * PanelQ;
         const RowSpan kept = rows_keeping_key(mask, k0 + j, q0, rows);
@@ -231,30 +238,10 @@ class ForwardKernel {
       for (int i = 0; i < rows; ++i) {
         if (!mask.keep(q0 + i, k0 + j)) {
           s_row[i] = neg_inf;
-        } else if constexpr (Mask::modifies_scores) {
+        } else if constexpr (modifies_scores_v<Mask>) {
           s_row[i] = Acc(mask.score(q0 + i, k0 + j, s_row[i] * scale));
         }
       }
-    }
-  }
-
-  // O rows = Oᵀ columns · inv_l. ot is consumed (scaled in place when O has unit dim stride). Either way
-  // an element is T(the Acc product), so both paths give the same bits.
-  static void store_o(const TensorView<T>& o, index_t b, index_t h, index_t q0, int rows, int d, Acc* ot,
-                      const Acc* inv_l) {
-    // A row that kept no key is exactly 0, even if a NaN in V reached its accumulator through a 0 weight.
-    if (o.stride_dim == 1) {
-      for (int c = 0; c < d; ++c) {
-        Acc* col = ot + c * PanelQ;
-        for (int i = 0; i < PanelQ; ++i) col[i] = inv_l[i] == Acc(0) ? Acc(0) : col[i] * inv_l[i];
-      }
-      transpose<TileConfig::isa>(ot, PanelQ, o.row(b, q0, h), o.stride_seq, d, rows);
-      return;
-    }
-    for (int i = 0; i < rows; ++i) {
-      T* row = o.row(b, q0 + i, h);
-      const Acc scale = inv_l[i];
-      for (int c = 0; c < d; ++c) row[c * o.stride_dim] = scale == Acc(0) ? T(0) : T(ot[c * PanelQ + i] * scale);
     }
   }
 };

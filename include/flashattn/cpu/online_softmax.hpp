@@ -1,6 +1,6 @@
 #pragma once
-// The online softmax of FlashAttention, for a block of BlockQ query rows. Scores arrive one key tile at a
-// time, stored transposed: st[j * BlockQ + i] is the raw score of query row i against key j of the tile,
+// The online softmax of FlashAttention, for a panel of Rows query rows. Scores arrive one key tile at a
+// time, stored transposed: st[j * Rows + i] is the raw score of query row i against key j of the tile,
 // so that a packet holds consecutive query rows and every reduction over keys is a vertical (lane-wise)
 // max or sum. update() takes the factor c that turns raw scores into base-2 units (scale·log2 e), so
 // that exp becomes exp2 and the scaling costs nothing: c > 0 commutes with max, and c·s − m is one FMA.
@@ -24,22 +24,30 @@
 
 namespace flashattn::cpu {
 
-template <class Acc, int BlockQ, Isa isa>
+template <class Acc, int Rows, Isa isa>
 class OnlineSoftmax {
   using V = Simd<Acc, isa>;
-  static_assert(BlockQ % V::width == 0, "BlockQ must be a multiple of the packet width");
+  static_assert(Rows % V::width == 0, "Rows must be a multiple of the packet width");
 
  public:
   OnlineSoftmax() { reset(); }
 
   void reset() {
-    for (int i = 0; i < BlockQ; ++i) {
+    for (int i = 0; i < Rows; ++i) {
       m_[i] = -std::numeric_limits<Acc>::infinity();
       l_[i] = Acc(0);
     }
   }
 
-  // st: (cols, BlockQ) raw scores, overwritten with p. score_scale: c > 0 above. alpha: (BlockQ) rescale
+  // Every row starts from one logit m0 (base-2 units) already seen, with no value: an attention sink.
+  void start_from(Acc m0) {
+    for (int i = 0; i < Rows; ++i) {
+      m_[i] = m0;
+      l_[i] = Acc(1);
+    }
+  }
+
+  // st: (cols, Rows) raw scores, overwritten with p. score_scale: c > 0 above. alpha: (Rows) rescale
   // factors for O.
   void update(Acc* st, int cols, Acc score_scale, Acc* alpha) {
     constexpr int full = kPackets / kGroup * kGroup;
@@ -47,10 +55,10 @@ class OnlineSoftmax {
     if constexpr (full < kPackets) update_group<kPackets - full>(full * W, st, cols, score_scale, alpha);
   }
 
-  // inv_l: (BlockQ) factors that normalise O (0 for rows that kept no key). lse: natural-log LSE per row.
+  // inv_l: (Rows) factors that normalise O (0 for rows that kept no key). lse: natural-log LSE per row.
   void finalize(Acc* inv_l, Acc* lse) const {
     constexpr Acc ln2 = Acc(0.6931471805599453094);
-    for (int i = 0; i < BlockQ; ++i) {
+    for (int i = 0; i < Rows; ++i) {
       const Acc l = l_[i];
       if (l == Acc(0)) {
         inv_l[i] = Acc(0);
@@ -69,7 +77,7 @@ class OnlineSoftmax {
  private:
   using Reg = typename V::Reg;
   static constexpr int W = V::width;
-  static constexpr int kPackets = BlockQ / W;
+  static constexpr int kPackets = Rows / W;
   // Query packets updated together: for each key, the group's packets are independent, so their exp
   // chains and running sums overlap instead of one packet's `cols` dependent adds running alone. Each
   // row still sums its keys in order, so the results are the same bits as one packet at a time.
@@ -90,8 +98,8 @@ class OnlineSoftmax {
       Reg part[4] = {V::set1(neg_inf), V::set1(neg_inf), V::set1(neg_inf), V::set1(neg_inf)};
       int j = 0;
       for (; j + 4 <= cols; j += 4)
-        for (int u = 0; u < 4; ++u) part[u] = V::max(part[u], V::load(st + (j + u) * BlockQ + i));
-      for (; j < cols; ++j) part[0] = V::max(part[0], V::load(st + j * BlockQ + i));
+        for (int u = 0; u < 4; ++u) part[u] = V::max(part[u], V::load(st + (j + u) * Rows + i));
+      for (; j < cols; ++j) part[0] = V::max(part[0], V::load(st + j * Rows + i));
       const Reg tile_max = V::max(V::max(part[0], part[1]), V::max(part[2], part[3]));
       const Reg m_old = V::load(m_ + i);
       const Reg m_new = V::max(m_old, V::mul(tile_max, c));
@@ -119,7 +127,7 @@ class OnlineSoftmax {
     for (int g = 0; g < G; ++g) row_sum[g] = V::zero();
     if (!any_huge) {
       for (int j = 0; j < cols; ++j) {
-        Acc* s_row = st + j * BlockQ + i0;
+        Acc* s_row = st + j * Rows + i0;
         FLASHATTN_UNROLL
         for (int g = 0; g < G; ++g) {
           const Reg p = V::exp2_nonpositive(V::fma(V::load(s_row + g * W), c, neg_shift[g]));
@@ -132,15 +140,15 @@ class OnlineSoftmax {
         Acc* s_col = st + i0 + g * W;
         const auto accumulate = [&](auto exponent) {
           for (int j = 0; j < cols; ++j) {
-            const Reg p = V::exp2_nonpositive(exponent(V::load(s_col + j * BlockQ)));
-            V::store(s_col + j * BlockQ, p);
+            const Reg p = V::exp2_nonpositive(exponent(V::load(s_col + j * Rows)));
+            V::store(s_col + j * Rows, p);
             row_sum[g] = V::add(row_sum[g], p);
           }
         };
         if (!huge[g]) {
           accumulate([&](Reg s) { return V::fma(s, c, neg_shift[g]); });
         } else {
-          for (int j = 0; j < cols; ++j) V::store(s_col + j * BlockQ, V::mul(V::load(s_col + j * BlockQ), c));
+          for (int j = 0; j < cols; ++j) V::store(s_col + j * Rows, V::mul(V::load(s_col + j * Rows), c));
           accumulate([&](Reg sc) { return V::add(sc, neg_shift[g]); });
         }
       }
@@ -154,8 +162,8 @@ class OnlineSoftmax {
   // Below this |m| the fma's rounding residual (half an ulp of m) is at most 1/4: 2^(digits − 2).
   static constexpr Acc kFmaSafe = Acc(1ull << (std::numeric_limits<Acc>::digits - 2));
 
-  alignas(64) Acc m_[BlockQ];  // running max, base-2 units
-  alignas(64) Acc l_[BlockQ];  // running sum of 2^(s - m)
+  alignas(64) Acc m_[Rows];  // running max, base-2 units
+  alignas(64) Acc l_[Rows];  // running sum of 2^(s - m)
 };
 
 }  // namespace flashattn::cpu

@@ -17,7 +17,7 @@
 #endif
 
 #include "flashattn/cpu/thread_pool.hpp"
-#include "flashattn/views.hpp"
+#include "flashattn/core/views.hpp"
 
 namespace flashattn::cpu {
 

@@ -6,8 +6,9 @@
 // spreading them over the tile instead of bursting them.
 
 #include <cstdint>
+#include <type_traits>
 
-#include "flashattn/views.hpp"
+#include "flashattn/core/views.hpp"
 
 #if defined(__SSE__)
 #include <xmmintrin.h>
@@ -46,12 +47,14 @@ struct PrefetchRows {
   void issue_share(int step, int steps) const { issue(step * rows / steps, (step + 1) * rows / steps); }
 };
 
-// Rows [k0, k0 + rows) of one head of a K or V view, when they are worth prefetching (unit dim stride).
-template <class T>
-PrefetchRows prefetch_rows(const TensorView<const T>& x, index_t b, index_t h, index_t k0, int rows, int d) {
-  if (rows <= 0 || x.stride_dim != 1) return {};
-  return {reinterpret_cast<const char*>(x.row(b, k0, h)), x.stride_seq * index_t(sizeof(T)), rows,
-          int(d * sizeof(T))};
+// Rows [k0, k0 + rows) of one head of a row source (core/kv_source.hpp), when they are worth prefetching
+// (unit dim stride, evenly spaced).
+template <class Rows>
+PrefetchRows prefetch_rows(const Rows& x, index_t b, index_t h, index_t k0, int rows, int d) {
+  using Elem = std::remove_cv_t<std::remove_pointer_t<decltype(x.row(b, h, k0))>>;
+  if (rows <= 0 || x.dim_stride() != 1 || !x.even_rows(b, h, k0, rows)) return {};
+  return {reinterpret_cast<const char*>(x.row(b, h, k0)), x.row_stride() * index_t(sizeof(Elem)), rows,
+          int(d * sizeof(Elem))};
 }
 
 }  // namespace flashattn::cpu

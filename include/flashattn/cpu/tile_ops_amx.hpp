@@ -6,10 +6,10 @@
 //
 // The transposed layout of tile_ops.hpp carries over unchanged, so the softmax and everything around
 // the two GEMMs is the AVX-512 code; the tile unit only needs its operands as tiles of 16 rows × 64 bytes:
-//   qk: Sᵀ (cols, BlockQ) = K (cols, d) · Qᵀ. A = 16 K rows × 32 bf16 of d, read in place when the rows
+//   qk: Sᵀ (cols, Lanes) = K (cols, d) · Qᵀ. A = 16 K rows × 32 bf16 of d, read in place when the rows
 //       allow it; B = 16 pair rows of Qᵀ (the AVX512-BF16 pair layout) × 16 queries; C = 16 × 16 of Sᵀ.
-//   pv: Oᵀ (d, BlockQ) += Vᵀ (d, cols) · Pᵀ. A = 16 rows of Vᵀ (V staged transposed, once per head
-//       thanks to kv_tile_cache.hpp) × 32 keys; B = 16 pair rows of P (packed in place, as for
+//   pv: Oᵀ (d, Lanes) += Vᵀ (d, cols) · Pᵀ. A = 16 rows of Vᵀ (V staged transposed, once per head
+//       thanks to staged_tile_cache.hpp) × 32 keys; B = 16 pair rows of P (packed in place, as for
 //       AVX512-BF16) × 16 queries; C = 16 × 16 of Oᵀ, loaded, accumulated and stored back.
 // The reduction dimension is padded with zeros to a multiple of 32 (Qᵀ pair rows, staged K columns, Vᵀ
 // and P keys), key rows of K to a multiple of 16; Oᵀ rows past an odd head dim go through a small buffer.
@@ -28,135 +28,140 @@
 
 namespace flashattn::cpu {
 
-template <class T, int BlockQ, int BlockKV, int HeadDim>
-struct StorageOps<T, BlockQ, BlockKV, HeadDim, Isa::Amx, std::enable_if_t<is_bf16<T>>>
-    : private StorageOps<T, BlockQ, BlockKV, HeadDim, Isa::Avx512Bf16> {
+template <class T, int Lanes, int Streamed, int HeadDim>
+struct TileOps<T, Lanes, Streamed, HeadDim, Isa::Amx, std::enable_if_t<is_bf16<T>>>
+    : private TileOps<T, Lanes, Streamed, HeadDim, Isa::Avx512Bf16> {
  private:
-  using Pairs = StorageOps<T, BlockQ, BlockKV, HeadDim, Isa::Avx512Bf16>;
+  using Pairs = TileOps<T, Lanes, Streamed, HeadDim, Isa::Avx512Bf16>;
 
  public:
   using Acc = float;
-  using QElem = std::uint32_t;   // a pair of bf16
-  using KvElem = std::uint16_t;  // bf16 bits
-  struct KvTile {
-    const KvElem* data;
+  using LaneElem = std::uint32_t;   // a pair of bf16
+  using StagedElem = std::uint16_t;  // bf16 bits
+  struct StagedTile {
+    const StagedElem* data;
     index_t ld;  // elements between rows: K rows for K, Vᵀ rows (head-dim columns) for V
   };
   // Held by each worker while it runs programs of one call.
   using WorkerSetup = amx::TileSession;
 
-  static_assert(BlockQ % amx::kRows == 0, "the AMX kernels need BlockQ to be a multiple of 16");
-  static_assert(BlockKV % amx::kDepth == 0, "the AMX kernels need BlockKV to be a multiple of 32");
+  static_assert(Lanes % amx::kRows == 0, "the AMX kernels need Lanes to be a multiple of 16");
+  static_assert(Streamed % amx::kDepth == 0, "the AMX kernels need Streamed to be a multiple of 32");
 
   static int round_up(int n, int m) { return (n + m - 1) / m * m; }
   // Qᵀ pair rows: d/2 rounded up to whole tiles (16 pair rows = 32 of d).
   static int q_pair_rows(int d) { return round_up(d, amx::kDepth) / 2; }
-  static std::size_t q_elems(int d) { return std::size_t(q_pair_rows(d)) * BlockQ; }
-  // K: (BlockKV, d rounded to 32) bf16; Vᵀ: (d rounded to 16, BlockKV) bf16 — the larger of the two.
-  static std::size_t kv_stage_elems(int d) {
-    return std::max(std::size_t(BlockKV) * round_up(d, amx::kDepth), std::size_t(round_up(d, amx::kRows)) * BlockKV);
+  static std::size_t lane_elems(int d) { return std::size_t(q_pair_rows(d)) * Lanes; }
+  // K: (Streamed, d rounded to 32) bf16; Vᵀ: (d rounded to 16, Streamed) bf16 — the larger of the two.
+  static std::size_t stage_elems(int d) {
+    return std::max(std::size_t(Streamed) * round_up(d, amx::kDepth), std::size_t(round_up(d, amx::kRows)) * Streamed);
   }
 
-  static void load_q(QElem* qt, Acc* row_buf, const TensorView<const T>& q, index_t b, index_t h, index_t q0,
+  static void load_lanes(LaneElem* qt, Acc* row_buf, const TensorView<const T>& q, index_t b, index_t h, index_t q0,
                      int rows, int d) {
-    Pairs::load_q(qt, row_buf, q, b, h, q0, rows, d);
+    Pairs::load_lanes(qt, row_buf, q, b, h, q0, rows, d);
     const int filled = (d + 1) / 2;
-    std::fill(qt + std::size_t(filled) * BlockQ, qt + q_elems(d), QElem(0));
+    std::fill(qt + std::size_t(filled) * Lanes, qt + lane_elems(d), LaneElem(0));
   }
 
   // K rows in place when a tile can read them as they are (unit dim stride, d a multiple of 32, whole
   // 16-row groups) unless `copy`; else staged, zero-padded to (cols rounded to 16, d rounded to 32).
-  static KvTile stage_k(KvElem* stage, const TensorView<const T>& k, index_t b, index_t h, index_t k0, int cols,
-                        int d, bool copy = false) {
-    if (in_place(k, d) && cols % amx::kRows == 0 && !copy)
-      return {reinterpret_cast<const KvElem*>(k.row(b, k0, h)), k.stride_seq};
+  template <class Rows>
+  static StagedTile stage_for_qk(StagedElem* stage, const Rows& k, index_t b, index_t h, index_t k0, int cols, int d,
+                        bool copy = false) {
+    if (in_place(k, d) && cols % amx::kRows == 0 && !copy && k.even_rows(b, h, k0, cols))
+      return {reinterpret_cast<const StagedElem*>(k.row(b, h, k0)), k.row_stride()};
     const int width = round_up(d, amx::kDepth);
     for (int j = 0; j < cols; ++j) {
-      const T* row = k.row(b, k0 + j, h);
-      KvElem* out = stage + std::size_t(j) * width;
-      if (k.stride_dim == 1) {
-        std::memcpy(out, row, sizeof(KvElem) * std::size_t(d));
+      const T* row = k.row(b, h, k0 + j);
+      StagedElem* out = stage + std::size_t(j) * width;
+      if (k.dim_stride() == 1) {
+        std::memcpy(out, row, sizeof(StagedElem) * std::size_t(d));
       } else {
-        for (int c = 0; c < d; ++c) out[c] = detail::bf16_bits(row + c * k.stride_dim);
+        for (int c = 0; c < d; ++c) out[c] = detail::bf16_bits(row + c * k.dim_stride());
       }
-      std::fill(out + d, out + width, KvElem(0));
+      std::fill(out + d, out + width, StagedElem(0));
     }
-    std::fill(stage + std::size_t(cols) * width, stage + std::size_t(round_up(cols, amx::kRows)) * width, KvElem(0));
+    std::fill(stage + std::size_t(cols) * width, stage + std::size_t(round_up(cols, amx::kRows)) * width, StagedElem(0));
     return {stage, width};
   }
 
-  // Vᵀ: row c holds V[k0 + j][c] for the tile's keys j, zero-padded to BlockKV keys and to d rounded to 16
+  // Vᵀ: row c holds V[k0 + j][c] for the tile's keys j, zero-padded to Streamed keys and to d rounded to 16
   // rows.
-  static KvTile stage_v(KvElem* stage, const TensorView<const T>& v, index_t b, index_t h, index_t k0, int cols,
-                        int d, bool /*copy: V is always staged*/ = false) {
+  template <class Rows>
+  static StagedTile stage_for_pv(StagedElem* stage, const Rows& v, index_t b, index_t h, index_t k0, int cols, int d,
+                        bool /*copy: V is always staged*/ = false) {
     const int rows = round_up(d, amx::kRows);
-    std::fill(stage, stage + std::size_t(rows) * BlockKV, KvElem(0));
+    std::fill(stage, stage + std::size_t(rows) * Streamed, StagedElem(0));
     for (int j = 0; j < cols; ++j) {
-      const T* row = v.row(b, k0 + j, h);
-      for (int c = 0; c < d; ++c) stage[std::size_t(c) * BlockKV + j] = detail::bf16_bits(row + c * v.stride_dim);
+      const T* row = v.row(b, h, k0 + j);
+      for (int c = 0; c < d; ++c) stage[std::size_t(c) * Streamed + j] = detail::bf16_bits(row + c * v.dim_stride());
     }
-    return {stage, BlockKV};
+    return {stage, Streamed};
   }
 
-  static bool keeps_k(const TensorView<const T>& k, int d) { return !(in_place(k, d) && k.stride_seq == d); }
-  static bool keeps_v(const TensorView<const T>& /*v*/, int /*d*/) { return true; }
+  template <class Rows>
+  static bool keeps_qk_tiles(const Rows& k, int d) { return !(in_place(k, d) && k.row_stride() == d); }
+  template <class Rows>
+  static bool keeps_pv_tiles(const Rows& /*v*/, int /*d*/) { return true; }
 
-  // st (cols, BlockQ) = raw scores K·Qᵀ; rows up to cols rounded to 16 are written (zero for padding keys).
-  static void qk(Acc* st, const QElem* qt, KvTile k, int cols, int d, const PrefetchRows& = {}) {
+  // st (cols, Lanes) = raw scores K·Qᵀ; rows up to cols rounded to 16 are written (zero for padding keys).
+  static void qk(Acc* st, const LaneElem* qt, StagedTile k, int cols, int d, const PrefetchRows& = {}) {
     const int depth = HeadDim > 0 ? HeadDim : d;
-    const std::size_t a_stride = std::size_t(k.ld) * sizeof(KvElem), bc_stride = BlockQ * sizeof(Acc);
+    const std::size_t a_stride = std::size_t(k.ld) * sizeof(StagedElem), bc_stride = Lanes * sizeof(Acc);
     for_blocks((cols + amx::kRows - 1) / amx::kRows, [&](auto mi, auto ni, int m, int n) {
-      tile_block<decltype(mi)::value, decltype(ni)::value>(reinterpret_cast<char*>(st + m * amx::kRows * BlockQ + n * amx::kRows), bc_stride, false,
+      tile_block<decltype(mi)::value, decltype(ni)::value>(reinterpret_cast<char*>(st + m * amx::kRows * Lanes + n * amx::kRows), bc_stride, false,
                          reinterpret_cast<const char*>(k.data + m * amx::kRows * k.ld), a_stride,
                          reinterpret_cast<const char*>(qt + n * amx::kRows), bc_stride,
                          round_up(depth, amx::kDepth) / amx::kDepth);
     });
   }
 
-  // ot (d, BlockQ) = ot · diag(alpha) + Vᵀ·Pᵀ. pt (cols, BlockQ) fp32 probabilities, packed to pairs in place.
-  static void pv(Acc* ot, const Acc* alpha, Acc* pt, KvTile v, int cols, int d, const PrefetchRows& = {}) {
+  // ot (d, Lanes) = ot · diag(alpha) + Vᵀ·Pᵀ. pt (cols, Lanes) fp32 probabilities, packed to pairs in place.
+  static void pv(Acc* ot, const Acc* alpha, Acc* pt, StagedTile v, int cols, int d, const PrefetchRows& = {}) {
     const int width = HeadDim > 0 ? HeadDim : d;
     rescale(ot, alpha, width);
     Pairs::pack_p_pairs(pt, cols);
     const int keys = round_up(cols, amx::kDepth);
-    std::fill(reinterpret_cast<QElem*>(pt) + std::size_t(Pairs::pairs(cols)) * BlockQ,
-              reinterpret_cast<QElem*>(pt) + std::size_t(keys / 2) * BlockQ, QElem(0));
+    std::fill(reinterpret_cast<LaneElem*>(pt) + std::size_t(Pairs::pairs(cols)) * Lanes,
+              reinterpret_cast<LaneElem*>(pt) + std::size_t(keys / 2) * Lanes, LaneElem(0));
 
-    const std::size_t a_stride = std::size_t(v.ld) * sizeof(KvElem), bc_stride = BlockQ * sizeof(Acc);
+    const std::size_t a_stride = std::size_t(v.ld) * sizeof(StagedElem), bc_stride = Lanes * sizeof(Acc);
     const char* p2 = reinterpret_cast<const char*>(pt);
     const int steps = keys / amx::kDepth;
     const int whole = width / amx::kRows;  // Oᵀ row tiles inside ot; a partial one goes through `last`
     for_blocks(whole, [&](auto mi, auto ni, int m, int n) {
-      tile_block<decltype(mi)::value, decltype(ni)::value>(reinterpret_cast<char*>(ot + m * amx::kRows * BlockQ + n * amx::kRows), bc_stride, true,
+      tile_block<decltype(mi)::value, decltype(ni)::value>(reinterpret_cast<char*>(ot + m * amx::kRows * Lanes + n * amx::kRows), bc_stride, true,
                          reinterpret_cast<const char*>(v.data + m * amx::kRows * v.ld), a_stride,
                          p2 + n * amx::kRowBytes, bc_stride, steps);
     });
     if (const int left = width - whole * amx::kRows; left > 0) {
       alignas(64) Acc last[amx::kRows][amx::kRows];
-      for (int n = 0; n < BlockQ / amx::kRows; ++n) {
-        Acc* o = ot + whole * amx::kRows * BlockQ + n * amx::kRows;
+      for (int n = 0; n < Lanes / amx::kRows; ++n) {
+        Acc* o = ot + whole * amx::kRows * Lanes + n * amx::kRows;
         for (int r = 0; r < amx::kRows; ++r)
-          for (int i = 0; i < amx::kRows; ++i) last[r][i] = r < left ? o[r * BlockQ + i] : Acc(0);
+          for (int i = 0; i < amx::kRows; ++i) last[r][i] = r < left ? o[r * Lanes + i] : Acc(0);
         tile_block<1, 1>(reinterpret_cast<char*>(last), amx::kRowBytes, true,
                          reinterpret_cast<const char*>(v.data + whole * amx::kRows * v.ld), a_stride,
                          p2 + n * amx::kRowBytes, bc_stride, steps);
-        for (int r = 0; r < left; ++r) std::memcpy(o + r * BlockQ, last[r], sizeof last[r]);
+        for (int r = 0; r < left; ++r) std::memcpy(o + r * Lanes, last[r], sizeof last[r]);
       }
     }
   }
 
  private:
-  static bool in_place(const TensorView<const T>& x, int d) { return x.stride_dim == 1 && d % amx::kDepth == 0; }
+  template <class Rows>
+  static bool in_place(const Rows& x, int d) { return x.dim_stride() == 1 && d % amx::kDepth == 0; }
 
   // Oᵀ columns (queries) times alpha, skipped when no running max moved (alpha all 1).
   static void rescale(Acc* ot, const Acc* alpha, int width) {
     __mmask16 moved = 0;
     const __m512 one = _mm512_set1_ps(1.0f);
-    for (int i = 0; i < BlockQ; i += 16) moved |= _mm512_cmp_ps_mask(_mm512_loadu_ps(alpha + i), one, _CMP_NEQ_UQ);
+    for (int i = 0; i < Lanes; i += 16) moved |= _mm512_cmp_ps_mask(_mm512_loadu_ps(alpha + i), one, _CMP_NEQ_UQ);
     if (!moved) return;
     for (int c = 0; c < width; ++c)
-      for (int i = 0; i < BlockQ; i += 16) {
-        Acc* o = ot + c * BlockQ + i;
+      for (int i = 0; i < Lanes; i += 16) {
+        Acc* o = ot + c * Lanes + i;
         _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_loadu_ps(o), _mm512_loadu_ps(alpha + i)));
       }
   }
@@ -165,7 +170,7 @@ struct StorageOps<T, BlockQ, BlockKV, HeadDim, Isa::Amx, std::enable_if_t<is_bf1
   // mi, ni ∈ {1, 2} as std::integral_constant (the tile registers are compile-time).
   template <class F>
   static void for_blocks(int m_tiles, F&& f) {
-    constexpr int n_tiles = BlockQ / amx::kRows;
+    constexpr int n_tiles = Lanes / amx::kRows;
     using One = std::integral_constant<int, 1>;
     using Two = std::integral_constant<int, 2>;
     int m = 0;

@@ -5,9 +5,9 @@
 // are fp32: the accumulation is fp32, as for the other storage types.
 //
 // The transposed layout of tile_ops.hpp carries over with pairs along the reduction dimension:
-//   qk: Qᵀ is staged as (d/2, BlockQ) pairs (Q[i][2p], Q[i][2p+1]); a K row already holds its pairs
+//   qk: Qᵀ is staged as (d/2, Lanes) pairs (Q[i][2p], Q[i][2p+1]); a K row already holds its pairs
 //       (K[j][2p], K[j][2p+1]) side by side, so K is read in place with 32-bit broadcasts.
-//   pv: P (fp32 from the softmax) is packed into (cols/2, BlockQ) pairs (P[2q][i], P[2q+1][i]) in place,
+//   pv: P (fp32 from the softmax) is packed into (cols/2, Lanes) pairs (P[2q][i], P[2q+1][i]) in place,
 //       and a V tile is staged as (cols/2, d) pairs (V[2q][c], V[2q+1][c]).
 // Odd head dims and odd tile widths are padded with zero pairs.
 
@@ -40,33 +40,33 @@ inline __m512bh load_pairs(const void* p) { return (__m512bh)_mm512_loadu_si512(
 }  // namespace detail
 
 // T is Eigen::bfloat16 (kept a template parameter so that this header needs no Eigen).
-template <class T, int BlockQ, int BlockKV, int HeadDim>
-struct StorageOps<T, BlockQ, BlockKV, HeadDim, Isa::Avx512Bf16, std::enable_if_t<is_bf16<T>>> {
+template <class T, int Lanes, int Streamed, int HeadDim>
+struct TileOps<T, Lanes, Streamed, HeadDim, Isa::Avx512Bf16, std::enable_if_t<is_bf16<T>>> {
   using Acc = float;
-  using QElem = std::uint32_t;   // a pair of bf16
-  using KvElem = std::uint16_t;  // bf16 bits
+  using LaneElem = std::uint32_t;   // a pair of bf16
+  using StagedElem = std::uint16_t;  // bf16 bits
 
   static constexpr int W = 16;
-  static constexpr int kQueryPackets = BlockQ / W;
-  static_assert(BlockQ % W == 0, "BlockQ must be a multiple of 16 for the bf16 kernels");
+  static constexpr int kQueryPackets = Lanes / W;
+  static_assert(Lanes % W == 0, "Lanes must be a multiple of 16 for the bf16 kernels");
   static constexpr int NI = kQueryPackets % 2 == 0 ? 2 : 1;
   static constexpr int NJ = 16 / NI;
   static constexpr int NC = NJ;
 
-  struct KvTile {
-    const KvElem* data;
+  struct StagedTile {
+    const StagedElem* data;
     index_t ld;  // elements between rows: of K rows for K; of pair rows (in bf16 elements) for V
   };
 
   static int pairs(int n) { return (n + 1) / 2; }
-  static std::size_t q_elems(int d) { return std::size_t(pairs(d)) * BlockQ; }
-  // K: (BlockKV, 2·⌈d/2⌉) bf16; V: (⌈BlockKV/2⌉, d) pairs — the larger of the two.
-  static std::size_t kv_stage_elems(int d) {
-    return std::max(std::size_t(BlockKV) * 2 * pairs(d), std::size_t(2 * pairs(BlockKV)) * d);
+  static std::size_t lane_elems(int d) { return std::size_t(pairs(d)) * Lanes; }
+  // K: (Streamed, 2·⌈d/2⌉) bf16; V: (⌈Streamed/2⌉, d) pairs — the larger of the two.
+  static std::size_t stage_elems(int d) {
+    return std::max(std::size_t(Streamed) * 2 * pairs(d), std::size_t(2 * pairs(Streamed)) * d);
   }
 
-  // qt (⌈d/2⌉, BlockQ) pairs of Q[q0 : q0 + rows], zero pairs in padding rows and past an odd d.
-  static void load_q(QElem* qt, Acc* /*row_buf*/, const TensorView<const T>& q, index_t b, index_t h, index_t q0,
+  // qt (⌈d/2⌉, Lanes) pairs of Q[q0 : q0 + rows], zero pairs in padding rows and past an odd d.
+  static void load_lanes(LaneElem* qt, Acc* /*row_buf*/, const TensorView<const T>& q, index_t b, index_t h, index_t q0,
                      int rows, int d) {
     const int d2 = pairs(d);
     for (int i = 0; i < rows; ++i) {
@@ -74,46 +74,52 @@ struct StorageOps<T, BlockQ, BlockKV, HeadDim, Isa::Avx512Bf16, std::enable_if_t
       for (int p = 0; p < d2; ++p) {
         const std::uint32_t lo = detail::bf16_bits(row + 2 * p * q.stride_dim);
         const std::uint32_t hi = 2 * p + 1 < d ? detail::bf16_bits(row + (2 * p + 1) * q.stride_dim) : 0u;
-        qt[p * BlockQ + i] = lo | (hi << 16);
+        qt[p * Lanes + i] = lo | (hi << 16);
       }
     }
     for (int p = 0; p < d2; ++p)
-      for (int i = rows; i < BlockQ; ++i) qt[p * BlockQ + i] = 0u;
+      for (int i = rows; i < Lanes; ++i) qt[p * Lanes + i] = 0u;
   }
 
   // K rows in place when their pairs are adjacent in memory (unit dim stride, even d) unless `copy`; else
   // staged.
-  static KvTile stage_k(KvElem* stage, const TensorView<const T>& k, index_t b, index_t h, index_t k0, int cols,
-                        int d, bool copy = false) {
+  template <class Rows>
+  static StagedTile stage_for_qk(StagedElem* stage, const Rows& k, index_t b, index_t h, index_t k0, int cols, int d,
+                        bool copy = false) {
     const bool pairs_adjacent = adjacent_pairs(k, d);
-    if (pairs_adjacent && !copy) return {reinterpret_cast<const KvElem*>(k.row(b, k0, h)), k.stride_seq};
+    if (pairs_adjacent && !copy && k.even_rows(b, h, k0, cols))
+      return {reinterpret_cast<const StagedElem*>(k.row(b, h, k0)), k.row_stride()};
     const int width = 2 * pairs(d);
     for (int j = 0; j < cols; ++j) {
-      const T* row = k.row(b, k0 + j, h);
+      const T* row = k.row(b, h, k0 + j);
       if (pairs_adjacent) {
-        std::memcpy(stage + std::size_t(j) * width, row, sizeof(KvElem) * std::size_t(d));
+        std::memcpy(stage + std::size_t(j) * width, row, sizeof(StagedElem) * std::size_t(d));
         continue;
       }
-      for (int c = 0; c < width; ++c) stage[j * width + c] = c < d ? detail::bf16_bits(row + c * k.stride_dim) : 0;
+      for (int c = 0; c < width; ++c) stage[j * width + c] = c < d ? detail::bf16_bits(row + c * k.dim_stride()) : 0;
     }
     return {stage, width};
   }
 
-  // Whether staged tiles are worth keeping for a head's later query blocks (kv_tile_cache.hpp): K when it
+  // Whether staged tiles are worth keeping for a head's later query blocks (staged_tile_cache.hpp): K when it
   // is staged or its rows in place are not contiguous; V always (it is always interleaved).
-  static bool keeps_k(const TensorView<const T>& k, int d) { return !(adjacent_pairs(k, d) && k.stride_seq == d); }
-  static bool keeps_v(const TensorView<const T>& /*v*/, int /*d*/) { return true; }
+  template <class Rows>
+  static bool keeps_qk_tiles(const Rows& k, int d) { return !(adjacent_pairs(k, d) && k.row_stride() == d); }
+  template <class Rows>
+  static bool keeps_pv_tiles(const Rows& /*v*/, int /*d*/) { return true; }
 
   // V rows 2q and 2q + 1 interleaved into pair row q: (V[2q][c], V[2q+1][c]) for every c.
-  static KvTile stage_v(KvElem* stage, const TensorView<const T>& v, index_t b, index_t h, index_t k0, int cols,
-                        int d, bool /*copy: V is always staged*/ = false) {
+  template <class Rows>
+  static StagedTile stage_for_pv(StagedElem* stage, const Rows& v, index_t b, index_t h, index_t k0, int cols, int d,
+                        bool /*copy: V is always staged*/ = false) {
     const __m512i lo_idx = interleave_index(0), hi_idx = interleave_index(16);
+    const index_t dim_stride = v.dim_stride();
     for (int q = 0; q < pairs(cols); ++q) {
-      const T* r0 = v.row(b, k0 + 2 * q, h);
-      const T* r1 = 2 * q + 1 < cols ? v.row(b, k0 + 2 * q + 1, h) : nullptr;
-      KvElem* out = stage + std::size_t(q) * 2 * d;
+      const T* r0 = v.row(b, h, k0 + 2 * q);
+      const T* r1 = 2 * q + 1 < cols ? v.row(b, h, k0 + 2 * q + 1) : nullptr;
+      StagedElem* out = stage + std::size_t(q) * 2 * d;
       int c = 0;
-      if (v.stride_dim == 1) {
+      if (dim_stride == 1) {
         for (; c + 32 <= d; c += 32) {
           const __m512i a = _mm512_loadu_si512(r0 + c);
           const __m512i z = r1 ? _mm512_loadu_si512(r1 + c) : _mm512_setzero_si512();
@@ -122,40 +128,41 @@ struct StorageOps<T, BlockQ, BlockKV, HeadDim, Isa::Avx512Bf16, std::enable_if_t
         }
       }
       for (; c < d; ++c) {
-        out[2 * c] = detail::bf16_bits(r0 + c * v.stride_dim);
-        out[2 * c + 1] = r1 ? detail::bf16_bits(r1 + c * v.stride_dim) : 0;
+        out[2 * c] = detail::bf16_bits(r0 + c * dim_stride);
+        out[2 * c + 1] = r1 ? detail::bf16_bits(r1 + c * dim_stride) : 0;
       }
     }
     return {stage, 2 * index_t(d)};
   }
 
-  // st (cols, BlockQ) = raw scores K·Qᵀ.
-  static void qk(Acc* st, const QElem* qt, KvTile k, int cols, int d, const PrefetchRows& next = {}) {
+  // st (cols, Lanes) = raw scores K·Qᵀ.
+  static void qk(Acc* st, const LaneElem* qt, StagedTile k, int cols, int d, const PrefetchRows& next = {}) {
     const int d2 = HeadDim > 0 ? (HeadDim + 1) / 2 : pairs(d);
     int j = 0;
-    for (; j + NJ <= cols; j += NJ, st += NJ * BlockQ, k.data += NJ * k.ld) {
+    for (; j + NJ <= cols; j += NJ, st += NJ * Lanes, k.data += NJ * k.ld) {
       next.issue(j, j + NJ);
       qk_block<NJ>(st, qt, k, d2);
     }
-    for (; j < cols; ++j, st += BlockQ, k.data += k.ld) qk_block<1>(st, qt, k, d2);
+    for (; j < cols; ++j, st += Lanes, k.data += k.ld) qk_block<1>(st, qt, k, d2);
   }
 
-  // ot (d, BlockQ) = ot · diag(alpha) + Vᵀ·Pᵀ. pt (cols, BlockQ) fp32 probabilities, packed to pairs in place.
-  static void pv(Acc* ot, const Acc* alpha, Acc* pt, KvTile v, int cols, int d, const PrefetchRows& next = {}) {
+  // ot (d, Lanes) = ot · diag(alpha) + Vᵀ·Pᵀ. pt (cols, Lanes) fp32 probabilities, packed to pairs in place.
+  static void pv(Acc* ot, const Acc* alpha, Acc* pt, StagedTile v, int cols, int d, const PrefetchRows& next = {}) {
     next.issue(0, next.rows);  // the V staging already streamed this tile; the next K tile goes in one go
     pack_p_pairs(pt, cols);
-    const QElem* p2 = reinterpret_cast<const QElem*>(pt);
+    const LaneElem* p2 = reinterpret_cast<const LaneElem*>(pt);
     const int width = HeadDim > 0 ? HeadDim : d;
     const int cols2 = pairs(cols);
     int c = 0;
-    const KvElem* v_col = v.data;  // pair column c of the staged V
-    for (; c + NC <= width; c += NC, ot += NC * BlockQ, v_col += 2 * NC) pv_block<NC>(ot, alpha, p2, v_col, v.ld, cols2);
-    for (; c < width; ++c, ot += BlockQ, v_col += 2) pv_block<1>(ot, alpha, p2, v_col, v.ld, cols2);
+    const StagedElem* v_col = v.data;  // pair column c of the staged V
+    for (; c + NC <= width; c += NC, ot += NC * Lanes, v_col += 2 * NC) pv_block<NC>(ot, alpha, p2, v_col, v.ld, cols2);
+    for (; c < width; ++c, ot += Lanes, v_col += 2) pv_block<1>(ot, alpha, p2, v_col, v.ld, cols2);
   }
 
  protected:  // the AMX kernels (tile_ops_amx.hpp) share the pair layouts
   // A K row's (2p, 2p + 1) pairs lie side by side in memory: it can be read in place with 32-bit broadcasts.
-  static bool adjacent_pairs(const TensorView<const T>& k, int d) { return k.stride_dim == 1 && d % 2 == 0; }
+  template <class Rows>
+  static bool adjacent_pairs(const Rows& k, int d) { return k.dim_stride() == 1 && d % 2 == 0; }
 
   // permutex2var index that interleaves 16 bf16 of `a` (from `first`) with the same 16 of `b`
   // (index bit 5 selects b).
@@ -176,26 +183,26 @@ struct StorageOps<T, BlockQ, BlockKV, HeadDim, Isa::Avx512Bf16, std::enable_if_t
   static void pack_p_pairs(Acc* pt, int cols) {
     const __m512i idx = halves_interleave_index();
     for (int q = 0; q < pairs(cols); ++q) {
-      for (int i = 0; i < BlockQ; i += W) {
-        const __m512 a = _mm512_loadu_ps(pt + 2 * q * BlockQ + i);
-        const __m512 b = 2 * q + 1 < cols ? _mm512_loadu_ps(pt + (2 * q + 1) * BlockQ + i) : _mm512_setzero_ps();
+      for (int i = 0; i < Lanes; i += W) {
+        const __m512 a = _mm512_loadu_ps(pt + 2 * q * Lanes + i);
+        const __m512 b = 2 * q + 1 < cols ? _mm512_loadu_ps(pt + (2 * q + 1) * Lanes + i) : _mm512_setzero_ps();
         // cvtne2ps_pbh(b, a): a in the low 16 bf16, b in the high 16; then interleave them pairwise.
         const __m512i ab = (__m512i)_mm512_cvtne2ps_pbh(b, a);
-        _mm512_storeu_si512(pt + q * BlockQ + i, _mm512_permutexvar_epi16(idx, ab));
+        _mm512_storeu_si512(pt + q * Lanes + i, _mm512_permutexvar_epi16(idx, ab));
       }
     }
   }
 
   template <int nj>
-  static void qk_block(Acc* st, const QElem* qt, KvTile k, int d2) {
+  static void qk_block(Acc* st, const LaneElem* qt, StagedTile k, int d2) {
     for (int i0 = 0; i0 < kQueryPackets; i0 += NI) {
       __m512 acc[nj][NI];
       FLASHATTN_UNROLL
       for (int jj = 0; jj < nj; ++jj)
         FLASHATTN_UNROLL
         for (int ii = 0; ii < NI; ++ii) acc[jj][ii] = _mm512_setzero_ps();
-      const QElem* q_col = qt + i0 * W;
-      for (int p = 0; p < d2; ++p, q_col += BlockQ) {
+      const LaneElem* q_col = qt + i0 * W;
+      for (int p = 0; p < d2; ++p, q_col += Lanes) {
         __m512bh q[NI];
         FLASHATTN_UNROLL
         for (int ii = 0; ii < NI; ++ii) q[ii] = detail::load_pairs(q_col + ii * W);
@@ -209,23 +216,23 @@ struct StorageOps<T, BlockQ, BlockKV, HeadDim, Isa::Avx512Bf16, std::enable_if_t
       FLASHATTN_UNROLL
       for (int jj = 0; jj < nj; ++jj)
         FLASHATTN_UNROLL
-        for (int ii = 0; ii < NI; ++ii) _mm512_storeu_ps(st + jj * BlockQ + (i0 + ii) * W, acc[jj][ii]);
+        for (int ii = 0; ii < NI; ++ii) _mm512_storeu_ps(st + jj * Lanes + (i0 + ii) * W, acc[jj][ii]);
     }
   }
 
   template <int nc>
-  static void pv_block(Acc* ot, const Acc* alpha, const QElem* p2, const KvElem* v, index_t v_ld, int cols2) {
+  static void pv_block(Acc* ot, const Acc* alpha, const LaneElem* p2, const StagedElem* v, index_t v_ld, int cols2) {
     for (int i0 = 0; i0 < kQueryPackets; i0 += NI) {
       __m512 acc[nc][NI];
       FLASHATTN_UNROLL
       for (int ii = 0; ii < NI; ++ii) {
         const __m512 a = _mm512_loadu_ps(alpha + (i0 + ii) * W);
         FLASHATTN_UNROLL
-        for (int cc = 0; cc < nc; ++cc) acc[cc][ii] = _mm512_mul_ps(_mm512_loadu_ps(ot + cc * BlockQ + (i0 + ii) * W), a);
+        for (int cc = 0; cc < nc; ++cc) acc[cc][ii] = _mm512_mul_ps(_mm512_loadu_ps(ot + cc * Lanes + (i0 + ii) * W), a);
       }
-      const QElem* p_row = p2 + i0 * W;
-      const KvElem* v_row = v;
-      for (int q = 0; q < cols2; ++q, p_row += BlockQ, v_row += v_ld) {
+      const LaneElem* p_row = p2 + i0 * W;
+      const StagedElem* v_row = v;
+      for (int q = 0; q < cols2; ++q, p_row += Lanes, v_row += v_ld) {
         __m512bh p[NI];
         FLASHATTN_UNROLL
         for (int ii = 0; ii < NI; ++ii) p[ii] = detail::load_pairs(p_row + ii * W);
@@ -239,7 +246,7 @@ struct StorageOps<T, BlockQ, BlockKV, HeadDim, Isa::Avx512Bf16, std::enable_if_t
       FLASHATTN_UNROLL
       for (int cc = 0; cc < nc; ++cc)
         FLASHATTN_UNROLL
-        for (int ii = 0; ii < NI; ++ii) _mm512_storeu_ps(ot + cc * BlockQ + (i0 + ii) * W, acc[cc][ii]);
+        for (int ii = 0; ii < NI; ++ii) _mm512_storeu_ps(ot + cc * Lanes + (i0 + ii) * W, acc[cc][ii]);
     }
   }
 };

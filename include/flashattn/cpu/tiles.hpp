@@ -30,19 +30,18 @@ struct Tiles {
 template <class T>
 using acc_t = std::conditional_t<std::is_same_v<std::remove_cv_t<T>, double>, double, float>;
 
-// Tiles used when the caller does not choose. Every query block streams all of K and V once, so a taller
-// block (more query rows) reads K/V from L3 or DRAM proportionally less often, at the price of a larger
-// working set (Qᵀ and Oᵀ grow with BlockQ). Measured (docs/performance.md, bench/tile_sweep): on Zen 5
-// (1 MiB L2) 64 × 64 is fastest or within a few percent at d = 64–256 and 128-row blocks lose 3–7 % at
-// d ≥ 128; on a Sapphire-Rapids-class Xeon (2 MiB L2, slower L3) 128-row blocks win. TallTiles take the
-// tall block's K/V traffic with the short block's L1 working set: 128-row programs of two 64-row panels
-// (PanelQ above), which on the Xeon ran 1–6 % faster than 128 × 64 unpanelled at N = 4096, d = 128, where
-// one head's K and V (4 MiB) stream from L3 for every program. On Zen 5 they ran level with 64 × 64 within
-// ±3 % (alternated with OpenBLAS, bench_forward's vs_sgemm), so its default stays. The forward dispatch
-// picks between the two at run time by the L2 size (tall_query_blocks()), and takes TallTiles only for
-// unmasked attention (dispatch.hpp says why). Both give the same bits unless a call is also split over
-// keys (few programs, cpu/backend.hpp): a 64-row panel meets the keys in the same 64-key tiles either way.
-// FLASHATTN_TALL_TILES (BlockQ, BlockKV, PanelQ) overrides TallTiles, for sweeps.
+// The configurations forward_dispatch.hpp's AutoTiles rule picks from. Why each, and the runs that chose
+// them: docs/performance.md, "Tile rules".
+//  - DefaultTiles: 64 × 64, every query block streams its head's K and V once.
+//  - TallTiles: 128-row programs of two 64-row panels: the K/V traffic of a tall block with the L1
+//    working set of a short one, for CPUs whose L2 holds it (tall_query_blocks()). Both give the same
+//    bits unless a call is also split over keys: a 64-row panel meets the keys in the same 64-key tiles.
+//  - TallerTiles: 256-row programs of four panels, for fp32 calls whose K and V of one head exceed L2
+//    (strictly: at L2's size and below they lost), so that they stream from L3 half as often.
+//  - AmxTiles: bf16 on the AMX tile unit, 32 × 128: a short block keeps Oᵀ in L1 while the tile unit
+//    loads and stores it per key tile, a wide key block spreads that cost.
+// FLASHATTN_TALL_TILES, FLASHATTN_TALLER_TILES and FLASHATTN_AMX_TILES (BlockQ, BlockKV[, PanelQ])
+// override them, for sweeps and A/B runs (FLASHATTN_TALLER_TILES=128,64,64 turns that rule off).
 template <class T>
 using DefaultTiles = Tiles<64, 64>;
 #ifndef FLASHATTN_TALL_TILES
@@ -52,22 +51,11 @@ template <int BlockQ, int BlockKV, int PanelQ>
 using PanelTiles = Tiles<BlockQ, BlockKV, kBestIsa, PanelQ>;
 template <class T>
 using TallTiles = PanelTiles<FLASHATTN_TALL_TILES>;
-// Taller still, for fp32 calls whose K and V of one head are larger than L2: every program then streams
-// them from L3, and 256-row programs (four 64-row panels) halve that stream against TallTiles. On the Xeon
-// (2 MiB L2), N = 4096, d = 128 (K + V 4 MiB): +2 to +8 % on one thread (two runs, both layouts), +3 to
-// +5 % on 16. At d = 64 (K + V 2 MiB, L2's size) one thread ran −1 % three times and −15 % once, and at
-// N = 1024 (K/V in L2) 256-row programs were 5–20 % slower (docs/performance.md): hence the strict size
-// rule below. FLASHATTN_TALLER_TILES overrides them (128, 64, 64 turns the rule off), for A/B runs.
 #ifndef FLASHATTN_TALLER_TILES
 #define FLASHATTN_TALLER_TILES 256, 64, 64
 #endif
 template <class T>
 using TallerTiles = PanelTiles<FLASHATTN_TALLER_TILES>;
-// bf16 on the AMX tile unit (tile_ops_amx.hpp), chosen at run time where the OS allows AMX, for every mask.
-// 32 × 128 was first or level among eight shapes against PyTorch on the Xeon (docs/performance.md): a
-// short block keeps Oᵀ in L1 while the tile unit loads and stores it per key tile, a wide key block
-// spreads that cost. FLASHATTN_AMX_TILES (e.g. -DFLASHATTN_AMX_TILES=64,64) overrides it, for such sweeps
-// (bench/device_variants.sh).
 #ifndef FLASHATTN_AMX_TILES
 #define FLASHATTN_AMX_TILES 32, 128
 #endif

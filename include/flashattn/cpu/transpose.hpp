@@ -14,7 +14,7 @@
 
 #include "flashattn/cpu/convert.hpp"
 #include "flashattn/cpu/isa.hpp"
-#include "flashattn/views.hpp"
+#include "flashattn/core/views.hpp"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>

@@ -1,13 +1,14 @@
 #pragma once
 // A validated backward problem, as every backend receives it: the forward's views and its saved LSE, the
-// incoming gradient dO, the three gradient outputs, the resolved scale and the grouped-query ratio. Free of
-// Eigen and of CPU intrinsics.
+// incoming gradient dO, the three gradient outputs, the sequence layout, the resolved scale and the
+// grouped-query ratio. Free of Eigen and of CPU types.
 
-#include "flashattn/views.hpp"
+#include "flashattn/core/sequence.hpp"
+#include "flashattn/core/views.hpp"
 
 namespace flashattn {
 
-template <class T>
+template <class T, class Layout = EqualLengths>
 struct BackwardParams {
   TensorView<const T> q;    // (batch, seq_q, heads_q, dim)
   TensorView<const T> k;    // (batch, seq_k, heads_kv, dim)
@@ -18,9 +19,9 @@ struct BackwardParams {
   TensorView<T> dq;         // like q
   TensorView<T> dk;         // like k: summed over the `group` query heads that share each KV head
   TensorView<T> dv;         // like v: idem
+  Layout seqs;              // per-entry query and key counts
   double scale = 1.0;       // resolved: never unset here
   index_t group = 1;        // heads_q / heads_kv: query head h reads KV head h / group
-  int num_threads = 0;
 
   index_t kv_head(index_t h) const { return h / group; }
 };

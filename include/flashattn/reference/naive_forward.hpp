@@ -10,12 +10,12 @@
 #include <cmath>
 #include <limits>
 
-#include "flashattn/accounting.hpp"
-#include "flashattn/attention.hpp"
+#include "flashattn/instrument/accounting.hpp"
+#include "flashattn/core/views.hpp"
 #include "flashattn/cpu/tiles.hpp"
-#include "flashattn/masks.hpp"
-#include "flashattn/options.hpp"
-#include "flashattn/validate.hpp"
+#include "flashattn/core/masks.hpp"
+#include "flashattn/core/options.hpp"
+#include "flashattn/core/forward_validate.hpp"
 
 namespace flashattn {
 

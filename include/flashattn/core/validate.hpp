@@ -1,6 +1,7 @@
 #pragma once
-// Checks every argument of a public call before any work starts, and throws InvalidArgument with a
-// message that names the argument and the offending values. Nothing here depends on the backend.
+// The checks that every public call's validation is made of (forward_validate.hpp, backward_validate.hpp):
+// views' extents, strides and memory spans, aliasing, and the resolved scale. Each throws InvalidArgument
+// with a message that names the argument and the offending values. Nothing here depends on a backend.
 
 #include <algorithm>
 #include <array>
@@ -9,16 +10,11 @@
 #include <sstream>
 #include <string>
 
-#include "flashattn/errors.hpp"
-#include "flashattn/options.hpp"
-#include "flashattn/params.hpp"
-#include "flashattn/views.hpp"
+#include "flashattn/core/errors.hpp"
+#include "flashattn/core/options.hpp"
+#include "flashattn/core/views.hpp"
 
 namespace flashattn {
-
-// Largest head dim accepted: the per-worker scratch grows as BlockQ·head_dim, and beyond this the tiles no
-// longer fit the L2 of current CPUs.
-inline constexpr index_t kMaxHeadDim = 512;
 
 namespace detail {
 
@@ -112,80 +108,17 @@ inline std::string overlap(const char* out, const ByteSpan& a, const char* role,
   return s.str();
 }
 
-}  // namespace detail
-
-// Validates a forward call and resolves its options into the parameters every backend takes.
-template <class T>
-ForwardParams<T> make_forward_params(const TensorView<const T>& q, const TensorView<const T>& k,
-                                     const TensorView<const T>& v, const TensorView<T>& o, const LseView& lse,
-                                     const AttentionOptions& opts) {
-  using detail::describe;
-  using detail::fail;
-  using detail::sizes;
-  const detail::ByteSpan q_span = detail::check_view("q", q);
-  const detail::ByteSpan k_span = detail::check_view("k", k);
-  const detail::ByteSpan v_span = detail::check_view("v", v);
-  const detail::ByteSpan o_span = detail::check_view("o", o);
-
-  if (k.batch != q.batch || v.batch != q.batch || o.batch != q.batch)
-    fail("batch sizes disagree: " + describe("q", q) + ", " + describe("k", k) + ", " + describe("v", v) + ", " +
-         describe("o", o));
-  if (v.seq != k.seq) fail("k and v must have the same seq length: " + describe("k", k) + ", " + describe("v", v));
-  if (o.seq != q.seq) fail("o must have q's seq length: " + describe("q", q) + ", " + describe("o", o));
-  if (q.heads < 1 || k.heads < 1)
-    fail("heads must be >= 1: " + describe("q", q) + ", " + describe("k", k));
-  if (v.heads != k.heads) fail("k and v must have the same heads: " + describe("k", k) + ", " + describe("v", v));
-  if (o.heads != q.heads) fail("o must have q's heads: " + describe("q", q) + ", " + describe("o", o));
-  if (q.heads % k.heads != 0)
-    fail("heads of q must be a multiple of heads of k/v (grouped-query attention): " + sizes(q.heads, k.heads));
-  if (q.dim < 1) fail("head dim must be >= 1: " + describe("q", q));
-  if (k.dim != q.dim || v.dim != q.dim || o.dim != q.dim)
-    fail("head dims must agree: " + describe("q", q) + ", " + describe("k", k) + ", " + describe("v", v) + ", " +
-         describe("o", o));
-  if (q.dim > kMaxHeadDim)
-    fail("head dim " + std::to_string(q.dim) + " is larger than the supported maximum " +
-         std::to_string(kMaxHeadDim));
-
-  detail::check_no_self_overlap<4>("o", {o.batch, o.seq, o.heads, o.dim},
-                                   {o.stride_batch, o.stride_seq, o.stride_head, o.stride_dim});
-  const char* inputs[] = {"q", "k", "v"};
-  const detail::ByteSpan spans[] = {q_span, k_span, v_span};
-  for (int i = 0; i < 3; ++i)
-    if (o_span.overlaps(spans[i])) fail(detail::overlap("o", o_span, "input", inputs[i], spans[i]));
-
-  if (!lse.empty() || lse.batch != 0 || lse.heads != 0 || lse.seq != 0) {
-    const detail::ByteSpan lse_span = detail::checked_span<3>(
-        [&] { return describe(lse); }, lse.data, sizeof(float), {lse.batch, lse.heads, lse.seq},
-        {lse.stride_batch, lse.stride_head, lse.stride_seq}, {"batch", "heads", "seq"});
-    if (lse.batch != q.batch || lse.heads != q.heads || lse.seq != q.seq)
-      fail("lse must have shape (batch, heads_q, seq_q) = (" + std::to_string(q.batch) + ", " +
-           std::to_string(q.heads) + ", " + std::to_string(q.seq) + "), got " + describe(lse));
-    detail::check_no_self_overlap<3>("lse", {lse.batch, lse.heads, lse.seq},
-                                     {lse.stride_batch, lse.stride_head, lse.stride_seq});
-    for (int i = 0; i < 3; ++i)
-      if (lse_span.overlaps(spans[i]))
-        fail(detail::overlap("lse", lse_span, "input", inputs[i], spans[i]));
-    if (lse_span.overlaps(o_span)) fail(detail::overlap("lse", lse_span, "output", "o", o_span));
-  }
-
-  double scale = 1.0 / std::sqrt(double(q.dim));
+// The scale every backend uses: options.scale, or 1/sqrt(head_dim) when unset (SDPA's default).
+inline double resolve_scale(const AttentionOptions& opts, index_t head_dim) {
+  double scale = 1.0 / std::sqrt(double(head_dim));
   if (opts.scale) {
     scale = *opts.scale;
     if (!std::isfinite(scale) || scale <= 0.0)
       fail("options.scale must be finite and > 0, got " + std::to_string(scale));
   }
-  if (opts.num_threads < 0) fail("options.num_threads must be >= 0, got " + std::to_string(opts.num_threads));
-
-  ForwardParams<T> p;
-  p.q = q;
-  p.k = k;
-  p.v = v;
-  p.o = o;
-  p.lse = lse;
-  p.scale = scale;
-  p.group = q.heads / k.heads;
-  p.num_threads = opts.num_threads;
-  return p;
+  return scale;
 }
+
+}  // namespace detail
 
 }  // namespace flashattn

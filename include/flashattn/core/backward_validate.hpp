@@ -1,17 +1,18 @@
 #pragma once
 // Checks every argument of a backward call before any work starts, in the forward's style
-// (validate.hpp): flashattn::InvalidArgument with a message that names the argument and its values.
+// (validate.hpp, forward_validate.hpp): flashattn::InvalidArgument with a message that names the argument and its values.
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <string>
 
-#include "flashattn/backward_params.hpp"
-#include "flashattn/errors.hpp"
-#include "flashattn/options.hpp"
-#include "flashattn/validate.hpp"
-#include "flashattn/views.hpp"
+#include "flashattn/core/backward_params.hpp"
+#include "flashattn/core/sequence.hpp"
+#include "flashattn/core/errors.hpp"
+#include "flashattn/core/options.hpp"
+#include "flashattn/core/validate.hpp"
+#include "flashattn/core/views.hpp"
 
 namespace flashattn {
 
@@ -98,9 +99,6 @@ BackwardParams<T> make_backward_params(const TensorView<const T>& q, const Tenso
   if (q.dim < 1) fail("head dim must be >= 1: " + describe("q", q));
   if (k.dim != q.dim || v.dim != q.dim)
     fail("head dims must agree: " + describe("q", q) + ", " + describe("k", k) + ", " + describe("v", v));
-  if (q.dim > kMaxHeadDim)
-    fail("head dim " + std::to_string(q.dim) + " is larger than the supported maximum " +
-         std::to_string(kMaxHeadDim));
   // o, d_o and dq have q's shape; dk and dv have k's.
   const auto same_shape = [](const auto& a, const auto& b) {
     return a.seq == b.seq && a.heads == b.heads && a.dim == b.dim;
@@ -145,13 +143,7 @@ BackwardParams<T> make_backward_params(const TensorView<const T>& q, const Tenso
     if (out_spans[a].overlaps(lse_span)) fail(std::string(out_names[a]) + " overlaps the memory of input lse");
   }
 
-  double scale = 1.0 / std::sqrt(double(q.dim));
-  if (opts.scale) {
-    scale = *opts.scale;
-    if (!std::isfinite(scale) || scale <= 0.0)
-      fail("options.scale must be finite and > 0, got " + std::to_string(scale));
-  }
-  if (opts.num_threads < 0) fail("options.num_threads must be >= 0, got " + std::to_string(opts.num_threads));
+  const double scale = detail::resolve_scale(opts, q.dim);
 
   BackwardParams<T> p;
   p.q = q;
@@ -163,9 +155,9 @@ BackwardParams<T> make_backward_params(const TensorView<const T>& q, const Tenso
   p.dq = dq;
   p.dk = dk;
   p.dv = dv;
+  p.seqs = EqualLengths{q.batch, q.seq, k.seq};
   p.scale = scale;
   p.group = q.heads / k.heads;
-  p.num_threads = opts.num_threads;
   return p;
 }
 

@@ -1,10 +1,11 @@
 #pragma once
-// What the caller asks for, with PyTorch scaled_dot_product_attention semantics. Free of Eigen and of CPU
-// intrinsics so that every backend reads the same options.
+// What the caller asks for, with PyTorch scaled_dot_product_attention semantics: the math of the call, not
+// how a backend runs it (threads and tiles are the backend's: cpu::Context). Free of Eigen and of CPU types
+// so that every backend reads the same options.
 
 #include <optional>
 
-#include "flashattn/views.hpp"
+#include "flashattn/core/views.hpp"
 
 namespace flashattn {
 
@@ -24,10 +25,6 @@ struct AttentionOptions {
   // unbounded on that side. causal == true is the same as window_right == 0.
   index_t window_left = -1;
   index_t window_right = -1;
-
-  // Worker threads for this call. 0: the backend's default (every hardware thread, or OpenMP's
-  // omp_get_max_threads() when compiled with OpenMP). 1: run on the calling thread only.
-  int num_threads = 0;
 
   bool has_window() const { return causal || window_left >= 0 || window_right >= 0; }
 };

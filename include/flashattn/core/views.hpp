@@ -69,4 +69,15 @@ inline LseView lse_bhs(float* data, index_t batch, index_t heads, index_t seq) {
   return {data, batch, heads, seq, heads * seq, seq, 1};
 }
 
+namespace detail {
+// Keeps a view parameter out of template argument deduction, so that views of non-const data convert to
+// TensorView<const T> and T is taken from the output (every entry point's q, k, v).
+template <class X>
+struct identity {
+  using type = X;
+};
+template <class X>
+using nondeduced = typename identity<X>::type;
+}  // namespace detail
+
 }  // namespace flashattn

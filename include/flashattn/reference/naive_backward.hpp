@@ -11,11 +11,11 @@
 #include <cmath>
 #include <limits>
 
-#include "flashattn/attention.hpp"
+#include "flashattn/core/views.hpp"
 #include "flashattn/cpu/tiles.hpp"
-#include "flashattn/masks.hpp"
-#include "flashattn/options.hpp"
-#include "flashattn/validate_backward.hpp"
+#include "flashattn/core/masks.hpp"
+#include "flashattn/core/options.hpp"
+#include "flashattn/core/backward_validate.hpp"
 
 namespace flashattn {
 

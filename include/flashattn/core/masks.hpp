@@ -1,23 +1,24 @@
 #pragma once
-// Masks are policy types. A policy answers two questions, with index math only (no Eigen, no intrinsics,
-// so a CUDA kernel can take the same types):
-//   per tile:    which key columns can be kept by a block of query rows at all (kv_begin, kv_end), and for
-//                a tile of it whether it is Empty (skip), Full (no element test) or Partial (test each);
-//   per element: keep(i, j)? and, for policies that change scores (ALiBi, soft-capping, additive bias),
-//                the changed score. `modifies_scores` tells the kernel whether to call score() at all.
-// The kernel visits only [kv_begin, kv_end), asks tile() once per tile, and calls keep()/score() only
-// where tile() said Partial (or where modifies_scores). New masks are new policy types; the kernel does
-// not change. A policy whose behaviour depends on the (batch, head) being computed (ALiBi slopes,
-// per-head bias) provides `for_head(b, h)` returning the policy for that head. A policy whose kept queries
-// for a key form one interval may also say so (`lowest_query(j)`, `highest_query(j)`, as BandMask does):
-// the CPU kernel then masks a Partial tile by ranges, row by row, instead of asking keep() per element.
+// Masks describe structure: which keys each query may attend, with index math only (no Eigen, no
+// intrinsics, so a CUDA kernel can take the same types). A mask policy answers
+//   per block:   which key columns a block of query rows can keep at all, [kv_begin, kv_end), and for a
+//                tile of them whether it is Empty (skip), Full (no element test) or Partial (test each);
+//   per element: keep(i, j).
+// The kernel visits only [kv_begin, kv_end), asks tile() once per tile, and calls keep() only where tile()
+// said Partial. A policy whose kept queries for a key form one interval may say so (lowest_query(j),
+// highest_query(j), as BandMask does), and one whose kept keys for a query form one interval likewise
+// (lowest_key(i), highest_key(i)): kernels then mask a Partial tile by ranges instead of per element.
+// What a policy does to the scores it keeps (ALiBi, soft-capping, sinks, ...) is a variant: variants.hpp.
+// New masks are new policy types; the kernel does not change.
 
 #include <algorithm>
 #include <limits>
 #include <type_traits>
 #include <utility>
 
-#include "flashattn/views.hpp"
+#include "flashattn/core/options.hpp"
+#include "flashattn/core/sequence.hpp"
+#include "flashattn/core/views.hpp"
 
 namespace flashattn {
 
@@ -25,22 +26,18 @@ enum class TileKind { Empty, Partial, Full };
 
 // No mask: every key for every query.
 struct NoMask {
-  static constexpr bool modifies_scores = false;
   index_t seq_k = 0;
 
   FLASHATTN_HOST_DEVICE index_t kv_begin(index_t /*q0*/, index_t /*q1*/) const { return 0; }
   FLASHATTN_HOST_DEVICE index_t kv_end(index_t /*q0*/, index_t /*q1*/) const { return seq_k; }
   FLASHATTN_HOST_DEVICE TileKind tile(index_t, index_t, index_t, index_t) const { return TileKind::Full; }
   FLASHATTN_HOST_DEVICE bool keep(index_t, index_t) const { return true; }
-  template <class S>
-  FLASHATTN_HOST_DEVICE S score(index_t, index_t, S s) const { return s; }
 };
 
 // A band around the bottom-right-aligned diagonal j = i + offset, offset = seq_k - seq_q. Query i keeps
 // keys j with i + offset - left <= j <= i + offset + right. Causal is the band with left unbounded and
 // right = 0; sliding-window attention bounds both sides.
 struct BandMask {
-  static constexpr bool modifies_scores = false;
   // Stands in for an unbounded side; small enough that i + offset ± kUnbounded cannot overflow.
   static constexpr index_t kUnbounded = std::numeric_limits<index_t>::max() / 4;
 
@@ -49,9 +46,9 @@ struct BandMask {
   index_t left = kUnbounded;
   index_t right = kUnbounded;
 
-  static BandMask causal(index_t seq_q, index_t seq_k) { return {seq_k, seq_k - seq_q, kUnbounded, 0}; }
+  FLASHATTN_HOST_DEVICE static BandMask causal(index_t seq_q, index_t seq_k) { return {seq_k, seq_k - seq_q, kUnbounded, 0}; }
   // Negative window sizes mean unbounded on that side (AttentionOptions' convention).
-  static BandMask window(index_t seq_q, index_t seq_k, index_t left, index_t right) {
+  FLASHATTN_HOST_DEVICE static BandMask window(index_t seq_q, index_t seq_k, index_t left, index_t right) {
     return {seq_k, seq_k - seq_q, bound(left), bound(right)};
   }
 
@@ -59,8 +56,6 @@ struct BandMask {
   FLASHATTN_HOST_DEVICE index_t highest_key(index_t i) const { return i + offset + right; }
 
   FLASHATTN_HOST_DEVICE bool keep(index_t i, index_t j) const { return j >= lowest_key(i) && j <= highest_key(i); }
-  template <class S>
-  FLASHATTN_HOST_DEVICE S score(index_t, index_t, S s) const { return s; }
 
   // The same band seen from key j: the queries that keep it, [lowest_query(j), highest_query(j)].
   FLASHATTN_HOST_DEVICE index_t lowest_query(index_t j) const { return j - offset - right; }
@@ -82,7 +77,7 @@ struct BandMask {
   }
 
  private:
-  static index_t bound(index_t w) { return w < 0 || w > kUnbounded ? kUnbounded : w; }
+  FLASHATTN_HOST_DEVICE static index_t bound(index_t w) { return w < 0 || w > kUnbounded ? kUnbounded : w; }
   FLASHATTN_HOST_DEVICE index_t clamp_key(index_t j) const { return std::min(std::max(j, index_t{0}), seq_k); }
 };
 
@@ -121,7 +116,6 @@ struct has_key_range<Mask, std::void_t<decltype(std::declval<const Mask&>().lowe
 // skipped.
 template <class KeepFn>
 struct ElementMask {
-  static constexpr bool modifies_scores = false;
   index_t seq_k = 0;
   KeepFn keep_fn;
 
@@ -129,8 +123,6 @@ struct ElementMask {
   FLASHATTN_HOST_DEVICE index_t kv_end(index_t, index_t) const { return seq_k; }
   FLASHATTN_HOST_DEVICE TileKind tile(index_t, index_t, index_t, index_t) const { return TileKind::Partial; }
   FLASHATTN_HOST_DEVICE bool keep(index_t i, index_t j) const { return keep_fn(i, j); }
-  template <class S>
-  FLASHATTN_HOST_DEVICE S score(index_t, index_t, S s) const { return s; }
 };
 
 template <class KeepFn>
@@ -138,48 +130,24 @@ ElementMask<KeepFn> element_mask(index_t seq_k, KeepFn fn) {
   return {seq_k, std::move(fn)};
 }
 
-// A user-written score modifier: score(i, j, s) -> s' applied to every scaled score (s = scale·q·k)
-// before the softmax, e.g. ALiBi (s - slope·|i - j|), soft-capping (c·tanh(s/c)) or an additive bias.
-// Composes with a keep-mask policy `Base` (NoMask, BandMask, ...), whose tile structure it keeps.
-template <class ScoreFn, class Base = NoMask>
-struct ScoreMod {
-  static constexpr bool modifies_scores = true;
-  Base base;
-  ScoreFn score_fn;
-
-  FLASHATTN_HOST_DEVICE index_t kv_begin(index_t q0, index_t q1) const { return base.kv_begin(q0, q1); }
-  FLASHATTN_HOST_DEVICE index_t kv_end(index_t q0, index_t q1) const { return base.kv_end(q0, q1); }
-  FLASHATTN_HOST_DEVICE TileKind tile(index_t q0, index_t q1, index_t k0, index_t k1) const {
-    return base.tile(q0, q1, k0, k1);
+// The masks AttentionOptions describe, built per sequence from its lengths (variants.hpp's policy_for):
+// no mask, or the band options.causal / options.window_* give (bottom-right aligned in each sequence).
+struct NoMaskEachSequence {
+  FLASHATTN_HOST_DEVICE NoMask for_sequence(const SequenceInfo& s) const { return {s.seq_k}; }
+};
+struct BandEachSequence {
+  index_t left = -1, right = -1;  // AttentionOptions' convention: negative is unbounded
+  FLASHATTN_HOST_DEVICE BandMask for_sequence(const SequenceInfo& s) const {
+    return BandMask::window(s.seq_q, s.seq_k, left, right);
   }
-  FLASHATTN_HOST_DEVICE bool keep(index_t i, index_t j) const { return base.keep(i, j); }
-  template <class S>
-  FLASHATTN_HOST_DEVICE S score(index_t i, index_t j, S s) const { return score_fn(i, j, s); }
 };
 
-template <class ScoreFn, class Base>
-ScoreMod<ScoreFn, Base> score_mod(Base base, ScoreFn fn) {
-  return {std::move(base), std::move(fn)};
-}
-
-namespace detail {
-template <class M, class = void>
-struct has_for_head : std::false_type {};
-template <class M>
-struct has_for_head<M, std::void_t<decltype(std::declval<const M&>().for_head(index_t{}, index_t{}))>>
-    : std::true_type {};
-}  // namespace detail
-
-// The policy to use for one (batch, head): the policy itself unless it provides for_head().
-template <class Mask>
-FLASHATTN_HOST_DEVICE auto mask_for_head(const Mask& mask, index_t b, index_t h) {
-  if constexpr (detail::has_for_head<Mask>::value) {
-    return mask.for_head(b, h);
-  } else {
-    (void)b;
-    (void)h;
-    return mask;
-  }
+// Calls f(mask) with the mask the options describe: every backend's forward and backward map options to
+// masks here, so that a forward and its backward see the same mask.
+template <class F>
+decltype(auto) with_options_mask(const AttentionOptions& opts, F&& f) {
+  if (opts.has_window()) return f(BandEachSequence{opts.window_left, opts.causal ? 0 : opts.window_right});
+  return f(NoMaskEachSequence{});
 }
 
 }  // namespace flashattn

@@ -1,7 +1,8 @@
 #pragma once
-// Memory-traffic accounting policies. A kernel takes one as a template parameter and reports every
-// transfer between the big arrays in main memory (Q, K, V, O, LSE; S and P for the naive path) and its
-// tile working set. NoAccounting compiles to nothing; ByteCounter sums bytes per array.
+// Instrumentation, not attention: memory-traffic accounting policies. A kernel takes one as a template
+// parameter and reports every transfer between the big arrays in main memory (Q, K, V, O, LSE; S and P
+// for the naive path) and its tile working set. NoAccounting compiles to nothing; ByteCounter sums bytes
+// per array. The categories are the algorithm's, not a backend's.
 
 #include <array>
 #include <atomic>
@@ -9,11 +10,11 @@
 
 namespace flashattn {
 
-// Partial: the unnormalised partial outputs and softmax states of split-KV (cpu/backend.hpp), written by
-// each key range and read back by the merge.
-// KvCache: a worker's kept copies of staged K/V tiles (cpu/kv_tile_cache.hpp), written once per head and
-// worker. Reads of a kept tile count as reads of K or V: they are the same bytes, from the copy.
-enum class Traffic { Q, K, V, O, Lse, S, P, Partial, KvCache, kCount };
+// Partial: the unnormalised partial outputs and softmax states of a call split over key ranges, written
+// by each range and read back by the merge (core/softmax_state.hpp).
+// StagedTiles: copies of K/V tiles that a backend stages once and keeps for reuse (the CPU's
+// cpu/staged_tile_cache.hpp). Reads of a kept tile count as reads of K or V: the same bytes, from the copy.
+enum class Traffic { Q, K, V, O, Lse, S, P, Partial, StagedTiles, kCount };
 
 struct NoAccounting {
   static constexpr bool enabled = false;

@@ -1,0 +1,137 @@
+#pragma once
+// Variants: what a policy does to the scores its mask keeps, apart from which it keeps (masks.hpp). A
+// policy given to attention_forward_masked / attention_backward_masked is one object; beyond the mask
+// members it may provide any of these hooks, each optional, each with a default that costs nothing:
+//
+//   static constexpr bool modifies_scores = true;     score(i, j, s) -> s' changes every kept scaled score
+//   template <class S> S score(i, j, S s) const;      s = scale·q·k, natural units (ALiBi, soft-capping, bias)
+//   template <class S> S score_grad(i, j, S s) const; d score / ds at s: required by the backward for a
+//                                                     score-changing policy (a gradient silently computed as
+//                                                     if score() were the identity would be wrong)
+//   float sink_logit() const;                         the softmax state's initial value: an extra logit in
+//                                                     every row's denominator that attends no value
+//                                                     (attention sinks); the LSE includes it
+//   template <class S> S transform_output(i, c, S o) const;   applied to each normalised output element
+//   for_sequence(const SequenceInfo&)                 the policy for one (batch entry, head), with that
+//   for_head(b, h)                                    entry's lengths (per-head slopes, per-request
+//                                                     lengths); for_head is the older, length-less form
+//
+// The kernels read the hooks through the traits below, so a policy declares only what it changes.
+
+#include <type_traits>
+#include <utility>
+
+#include "flashattn/core/masks.hpp"
+#include "flashattn/core/sequence.hpp"
+#include "flashattn/core/views.hpp"
+
+namespace flashattn {
+
+namespace detail {
+template <class P, class = void>
+struct declares_modifies_scores : std::false_type {};
+template <class P>
+struct declares_modifies_scores<P, std::void_t<decltype(P::modifies_scores)>>
+    : std::bool_constant<bool(P::modifies_scores)> {};
+
+template <class P, class = void>
+struct has_score_grad : std::false_type {};
+template <class P>
+struct has_score_grad<P, std::void_t<decltype(std::declval<const P&>().score_grad(index_t{}, index_t{}, 0.0f)),
+                                     decltype(std::declval<const P&>().score_grad(index_t{}, index_t{}, 0.0))>>
+    : std::true_type {};
+
+template <class P, class = void>
+struct has_sink_logit : std::false_type {};
+template <class P>
+struct has_sink_logit<P, std::void_t<decltype(float(std::declval<const P&>().sink_logit()))>> : std::true_type {};
+
+template <class P, class = void>
+struct has_output_transform : std::false_type {};
+template <class P>
+struct has_output_transform<
+    P, std::void_t<decltype(std::declval<const P&>().transform_output(index_t{}, index_t{}, 0.0f))>>
+    : std::true_type {};
+
+template <class P, class = void>
+struct has_for_sequence : std::false_type {};
+template <class P>
+struct has_for_sequence<P, std::void_t<decltype(std::declval<const P&>().for_sequence(SequenceInfo{}))>>
+    : std::true_type {};
+
+template <class P, class = void>
+struct has_for_head : std::false_type {};
+template <class P>
+struct has_for_head<P, std::void_t<decltype(std::declval<const P&>().for_head(index_t{}, index_t{}))>>
+    : std::true_type {};
+}  // namespace detail
+
+// Whether the policy changes kept scores (calls to score() are made only then).
+template <class P>
+inline constexpr bool modifies_scores_v = detail::declares_modifies_scores<P>::value;
+// Whether the policy adds a sink logit to every row's softmax.
+template <class P>
+inline constexpr bool has_sink_v = detail::has_sink_logit<P>::value;
+// Whether the policy transforms the normalised output.
+template <class P>
+inline constexpr bool transforms_output_v = detail::has_output_transform<P>::value;
+// Whether the backward can differentiate through the policy.
+template <class P>
+inline constexpr bool differentiable_mask_v = !modifies_scores_v<P> || detail::has_score_grad<P>::value;
+
+// The policy to use for one sequence of one head: for_sequence(info) where the policy has it, else
+// for_head(batch, head), else the policy itself.
+template <class P>
+FLASHATTN_HOST_DEVICE auto policy_for(const P& policy, const SequenceInfo& seq) {
+  if constexpr (detail::has_for_sequence<P>::value) {
+    return policy.for_sequence(seq);
+  } else if constexpr (detail::has_for_head<P>::value) {
+    return policy.for_head(seq.batch, seq.head);
+  } else {
+    (void)seq;
+    return policy;
+  }
+}
+
+// A user-written score modifier: score(i, j, s) -> s' applied to every scaled score (s = scale·q·k)
+// before the softmax, e.g. ALiBi (s - slope·|i - j|), soft-capping (c·tanh(s/c)) or an additive bias.
+// Composes with a mask policy `Base` (NoMask, BandMask, ...), whose tile structure it keeps.
+template <class ScoreFn, class Base = NoMask>
+struct ScoreMod {
+  static constexpr bool modifies_scores = true;
+  Base base;
+  ScoreFn score_fn;
+
+  FLASHATTN_HOST_DEVICE index_t kv_begin(index_t q0, index_t q1) const { return base.kv_begin(q0, q1); }
+  FLASHATTN_HOST_DEVICE index_t kv_end(index_t q0, index_t q1) const { return base.kv_end(q0, q1); }
+  FLASHATTN_HOST_DEVICE TileKind tile(index_t q0, index_t q1, index_t k0, index_t k1) const {
+    return base.tile(q0, q1, k0, k1);
+  }
+  FLASHATTN_HOST_DEVICE bool keep(index_t i, index_t j) const { return base.keep(i, j); }
+  template <class S>
+  FLASHATTN_HOST_DEVICE S score(index_t i, index_t j, S s) const { return score_fn(i, j, s); }
+};
+
+template <class ScoreFn, class Base>
+ScoreMod<ScoreFn, Base> score_mod(Base base, ScoreFn fn) {
+  return {std::move(base), std::move(fn)};
+}
+
+// ScoreMod plus the derivative of its score function, grad_fn(i, j, s) = d score_fn(i, j, s) / ds, for
+// the backward. ALiBi and additive biases have derivative 1; soft-capping c·tanh(s/c) has 1 - tanh²(s/c).
+template <class ScoreFn, class GradFn, class Base = NoMask>
+struct ScoreModWithGrad : ScoreMod<ScoreFn, Base> {
+  GradFn grad_fn;
+
+  template <class S>
+  FLASHATTN_HOST_DEVICE S score_grad(index_t i, index_t j, S s) const {
+    return grad_fn(i, j, s);
+  }
+};
+
+template <class ScoreFn, class GradFn, class Base>
+ScoreModWithGrad<ScoreFn, GradFn, Base> score_mod(Base base, ScoreFn fn, GradFn grad_fn) {
+  return {{std::move(base), std::move(fn)}, std::move(grad_fn)};
+}
+
+}  // namespace flashattn

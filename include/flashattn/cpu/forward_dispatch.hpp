@@ -1,0 +1,83 @@
+#pragma once
+// The CPU backend's forward dispatch, the one place where its runtime values become template arguments:
+// the tile configuration (the context's, or for AutoTiles the rule below), the head dim (compile-time
+// for the common sizes, so that the micro-kernels' depth loops unroll; runtime otherwise) and the mask
+// policy (the caller's, or the one the options describe: core/masks.hpp's with_options_mask).
+
+#include <type_traits>
+
+#include "flashattn/core/errors.hpp"
+#include "flashattn/core/forward_params.hpp"
+#include "flashattn/core/masks.hpp"
+#include "flashattn/core/options.hpp"
+#include "flashattn/cpu/amx.hpp"
+#include "flashattn/cpu/context.hpp"
+#include "flashattn/cpu/convert.hpp"
+#include "flashattn/cpu/forward_scheduler.hpp"
+#include "flashattn/cpu/tiles.hpp"
+
+namespace flashattn::cpu {
+
+namespace detail {
+
+template <class TileConfig, class T, class Mask, class Accounting>
+void forward_with_head_dim(const Context<TileConfig>& ctx, const ForwardParams<T>& p, const Mask& mask,
+                           Accounting& acct) {
+  if constexpr (TileConfig::isa == Isa::Amx && is_bf16<T>) {  // other types run AVX-512 packets
+    if (!amx::usable())
+      throw InvalidArgument("tiles: the instruction set is Isa::Amx, but this CPU or operating system does not "
+                            "allow AMX tile instructions (use AutoTiles to pick the best usable path)");
+  }
+  switch (p.head_dim()) {
+    case 64:
+      return run_forward<T, TileConfig, 64>(ctx.num_threads, p, mask, acct);
+    case 128:
+      return run_forward<T, TileConfig, 128>(ctx.num_threads, p, mask, acct);
+    default:
+      return run_forward<T, TileConfig, 0>(ctx.num_threads, p, mask, acct);
+  }
+}
+
+template <class TileConfig, class T, class Mask, class Accounting>
+void forward_with_tiles(int threads, const ForwardParams<T>& p, const Mask& mask, Accounting& acct) {
+  forward_with_head_dim(Context<TileConfig>{threads}, p, mask, acct);
+}
+
+}  // namespace detail
+
+// The tile rule for AutoTiles (the measurements behind it: docs/performance.md, "Tile rules"):
+//  - bf16 on the AMX tile unit where this build has it and the CPU and OS allow it, for every mask;
+//  - unmasked calls on CPUs whose L2 holds the taller working set (tall_query_blocks()) take TallTiles,
+//    and fp32 ones whose K and V of a head outgrow L2 TallerTiles; masked calls keep DefaultTiles, which
+//    also spares every masked call a second kernel instantiation;
+//  - everything else DefaultTiles.
+template <class TileChoice, class T, class Mask, class Accounting>
+void dispatch_forward(const Context<TileChoice>& ctx, const ForwardParams<T>& p, const Mask& mask,
+                      Accounting& acct) {
+  if constexpr (std::is_same_v<TileChoice, AutoTiles>) {
+    if constexpr (is_bf16<T> && is_compiled(Isa::Amx)) {
+      if (amx::usable()) return detail::forward_with_tiles<AmxTiles<T>>(ctx.num_threads, p, mask, acct);
+    }
+    if constexpr (std::is_same_v<Mask, NoMaskEachSequence>) {
+      if (tall_query_blocks()) {
+        if constexpr (std::is_same_v<T, float>) {
+          if (kv_head_exceeds_l2(p.seqs.max_kv_len(), p.head_dim(), sizeof(float)))
+            return detail::forward_with_tiles<TallerTiles<T>>(ctx.num_threads, p, mask, acct);
+        }
+        return detail::forward_with_tiles<TallTiles<T>>(ctx.num_threads, p, mask, acct);
+      }
+    }
+    return detail::forward_with_tiles<DefaultTiles<T>>(ctx.num_threads, p, mask, acct);
+  } else {
+    return detail::forward_with_head_dim(ctx, p, mask, acct);
+  }
+}
+
+// With the mask the options describe.
+template <class TileChoice, class T, class Accounting>
+void dispatch_forward(const Context<TileChoice>& ctx, const ForwardParams<T>& p, const AttentionOptions& opts,
+                      Accounting& acct) {
+  with_options_mask(opts, [&](const auto& mask) { dispatch_forward(ctx, p, mask, acct); });
+}
+
+}  // namespace flashattn::cpu

@@ -1,0 +1,98 @@
+#pragma once
+// The CPU forward's scheduler: runs forward programs (forward_kernel.hpp) over the whole problem on the
+// worker threads. Work items are (batch, head, query block) (work_items.hpp). When there are too few to
+// keep many cores busy, the keys are split into ranges as well and the partial results merged
+// (split_kv.hpp).
+
+#include <algorithm>
+#include <limits>
+
+#include "flashattn/core/forward_params.hpp"
+#include "flashattn/core/sequence.hpp"
+#include "flashattn/core/variants.hpp"
+#include "flashattn/cpu/forward_kernel.hpp"
+#include "flashattn/cpu/parallel.hpp"
+#include "flashattn/cpu/split_kv.hpp"
+#include "flashattn/cpu/work_items.hpp"
+#include "flashattn/instrument/accounting.hpp"
+
+namespace flashattn::cpu {
+
+// Threads worth starting: each must get at least ~4 MFLOP (tens of microseconds), or starting it costs
+// more than it saves (small decode steps run on the calling thread). Results do not depend on it.
+template <class T>
+int worker_count(const ForwardParams<T>& p, int requested) {
+  constexpr double kMinFlopsPerThread = 4e6;
+  const double flops = 4.0 * double(p.batch()) * double(p.heads()) * double(p.seqs.max_q_len()) *
+                       double(p.seqs.max_kv_len()) * double(p.head_dim());
+  return int(std::max(1.0, std::min(double(requested), flops / kMinFlopsPerThread)));
+}
+
+// num_threads: the context's (0: the default).
+template <class T, class TileConfig, int HeadDim, class Mask, class Accounting = NoAccounting>
+void run_forward(int num_threads, const ForwardParams<T>& p, const Mask& mask, Accounting& acct) {
+  using Kernel = ForwardKernel<T, TileConfig, HeadDim>;
+  using Acc = typename Kernel::Acc;
+  constexpr int BlockQ = Kernel::BlockQ, BlockKV = Kernel::BlockKV;
+  const WorkGrid grid{p.batch(), p.heads(), WorkGrid::blocks_of(p.seqs.max_q_len(), BlockQ), true};
+  const int d = int(p.head_dim());
+  const int threads = worker_count(p, num_threads > 0 ? num_threads : default_num_threads());
+  const index_t splits = kv_splits(grid.size(), p.seqs.max_kv_len(), BlockKV);
+
+  if (splits == 1) {
+    run_workers(grid.size(), threads, [&](WorkQueue& queue) {
+      typename Kernel::Scratch scratch(d);
+      for (index_t i; queue.next(i);) {
+        const WorkItem item = grid[i];
+        const SequenceInfo seq = sequence_info(p.seqs, item.batch, item.head);
+        if (item.block * BlockQ >= seq.seq_q) continue;
+        Kernel::run(p, policy_for(mask, seq), seq, item.block * BlockQ, scratch, acct);
+      }
+    });
+    return;
+  }
+
+  // Split-KV: ranges are whole tiles; partial rows are indexed (head, the layout's row of (batch, row)).
+  const index_t range = WorkGrid::blocks_of(WorkGrid::blocks_of(p.seqs.max_kv_len(), BlockKV), int(splits)) * BlockKV;
+  const index_t rows_per_head = p.seqs.total_q();
+  SplitKvPartials<Acc> partials(splits, p.heads() * rows_per_head, d);
+  const auto partial_row = [&](const SequenceInfo& seq, index_t i) {
+    return seq.head * rows_per_head + p.seqs.q_row(seq.batch, i);
+  };
+
+  run_workers(grid.size() * splits, threads, [&](WorkQueue& queue) {
+    typename Kernel::Scratch scratch(d);
+    for (index_t i; queue.next(i);) {
+      const index_t split = i % splits;
+      const WorkItem item = grid[i / splits];
+      const SequenceInfo seq = sequence_info(p.seqs, item.batch, item.head);
+      const index_t q0 = item.block * BlockQ;
+      if (q0 >= seq.seq_q) continue;
+      const index_t row0 = partial_row(seq, q0);
+      Kernel::run_partial(p, policy_for(mask, seq), seq, q0, split * range, (split + 1) * range, scratch,
+                          partials.o(split, row0), partials.m(split, row0), partials.l(split, row0), acct);
+      acct.write(Traffic::Partial, std::min<index_t>(BlockQ, seq.seq_q - q0) * partials.row_bytes(d));
+    }
+  });
+
+  run_workers(p.batch() * p.heads(), threads, [&](WorkQueue& queue) {
+    AlignedBuffer<Acc> o_buf{std::size_t(d)};
+    for (index_t bh; queue.next(bh);) {
+      const SequenceInfo seq = sequence_info(p.seqs, bh / p.heads(), bh % p.heads());
+      const auto policy = policy_for(mask, seq);
+      for (index_t i = 0; i < seq.seq_q; ++i) {
+        T* out = p.o.row(seq.batch, i, seq.head);
+        const Acc lse = partials.combine(partial_row(seq, i), o_buf.data(), [&](int c, Acc value) {
+          if constexpr (transforms_output_v<decltype(policy)>) value = Acc(policy.transform_output(i, c, value));
+          out[c * p.o.stride_dim] = T(value);
+        });
+        if (!p.lse.empty()) p.lse(seq.batch, seq.head, i) = float(lse);
+      }
+    }
+  });
+  acct.read(Traffic::Partial, splits * p.heads() * rows_per_head * partials.row_bytes(d));
+  acct.write(Traffic::O, p.heads() * rows_per_head * d * index_t(sizeof(T)));
+  if (!p.lse.empty()) acct.write(Traffic::Lse, p.heads() * rows_per_head * index_t(sizeof(float)));
+}
+
+}  // namespace flashattn::cpu

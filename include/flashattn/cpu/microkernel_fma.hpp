@@ -1,0 +1,149 @@
+#pragma once
+// The two tile GEMMs of attention as register-blocked FMA micro-kernels over the packet layer (fp32 and
+// fp64 accumulators; any storage type staged into them by tile_ops.hpp). Lanes: the rows held in packets
+// (query rows in the forward).
+//
+// Layout (the reason for it): a query block is held transposed, Qᵀ as (HeadDim, Lanes), and so are the
+// scores Sᵀ (BlockKV, Lanes) and the output accumulator Oᵀ (HeadDim, Lanes). Then a packet always holds
+// consecutive query rows, K and V are read in their own row-major layout by scalar broadcasts (no packing
+// or transposing of K or V, whatever their strides), and the softmax reductions over keys are lane-wise.
+//
+//   qk: Sᵀ[j][i] = Σ_c K[j][c] · Qᵀ[c][i]                          (BlockKV × Lanes, depth HeadDim)
+//   pv: Oᵀ[c][i] = alpha[i] · Oᵀ[c][i] + Σ_j V[j][c] · Pᵀ[j][i]    (HeadDim × Lanes, depth BlockKV)
+//
+// Each micro-kernel keeps a block of kAccumulators packets in registers: NI packets along the query rows
+// times NJ key rows (qk) or NC head-dim columns (pv), so each loaded packet feeds NJ (or NC) FMAs and each
+// broadcast feeds NI.
+
+#include <algorithm>
+#include <cstddef>
+
+#include "flashattn/core/views.hpp"
+#include "flashattn/cpu/prefetch.hpp"
+#include "flashattn/cpu/simd.hpp"
+
+namespace flashattn::cpu {
+
+template <class Acc, int Lanes, int HeadDim, Isa isa>
+struct FmaMicroKernel {
+  using V = Simd<Acc, isa>;
+  using Reg = typename V::Reg;
+  static constexpr int W = V::width;
+  static constexpr int kQueryPackets = Lanes / W;
+  static_assert(Lanes % W == 0, "Lanes must be a multiple of the packet width");
+
+  // Enough independent accumulators to cover FMA latency × throughput (4 cycles × 2 pipes = 8 at least),
+  // few enough to leave registers for the operands: 16 of AVX-512's 32, 12 of AVX2's 16 (two query
+  // packets and one broadcast take three more). Two query packets per block (NI = 2, so NJ = 8 on AVX-512,
+  // 6 on AVX2). Measured (docs/performance.md): on Zen 5, 225 GFLOP/s for both qk and pv at Lanes = 64,
+  // d = 128, against 100–150 for NI = 4 (GCC spills part of the 4 × 4 block) and 78 for NI = 1; on Zen 3
+  // (AVX2), 12 accumulators run the tile ~1.6× faster than 8 (those leave the FMA pipes half idle).
+  static constexpr int kAccumulators = is_avx512(isa) ? 16 : 12;
+  static constexpr int NI = kQueryPackets % 2 == 0 ? 2 : 1;
+  static constexpr int NJ = std::max(1, kAccumulators / NI);
+  static constexpr int NC = NJ;
+
+  // st (cols, Lanes) = K(cols, d) · Qᵀ(d, Lanes). k: row-major, leading dimension k_ld.
+  // `next` rows are prefetched alongside: row j of it with row j of k.
+  static void qk(Acc* st, const Acc* qt, const Acc* k, index_t k_ld, int cols, int d, const PrefetchRows& next = {}) {
+    const int depth = HeadDim > 0 ? HeadDim : d;
+    int j = 0;
+    for (; j + NJ <= cols; j += NJ, st += NJ * Lanes, k += NJ * k_ld) {
+      next.issue(j, j + NJ);
+      qk_block<NJ>(st, qt, k, k_ld, depth);
+    }
+    if (j < cols) qk_tail<NJ - 1>(cols - j, st, qt, k, k_ld, depth);
+  }
+
+  // ot (d, Lanes) = ot · diag(alpha) + Vᵀ(d, cols) · Pᵀ(cols, Lanes). v: row-major, leading dimension v_ld.
+  // `next` rows are prefetched alongside, an equal share per block of NC columns.
+  static void pv(Acc* ot, const Acc* alpha, const Acc* pt, const Acc* v, index_t v_ld, int cols, int d,
+                 const PrefetchRows& next = {}) {
+    const int width = HeadDim > 0 ? HeadDim : d;
+    const int blocks = width / NC;
+    int c = 0;
+    for (int block = 0; c + NC <= width; c += NC, ot += NC * Lanes, v += NC, ++block) {
+      next.issue_share(block, blocks);
+      pv_block<NC>(ot, alpha, pt, v, v_ld, cols);
+    }
+    if (c < width) pv_tail<NC - 1>(width - c, ot, alpha, pt, v, v_ld, cols);
+  }
+
+ private:
+  // The last rows (qk) or columns (pv) that do not fill a block: one block of exactly that many, chosen
+  // by recursion on the compile-time size, rather than one-wide blocks that would leave all but NI
+  // accumulators idle (a 6-wide block leaves 4 of 64 keys and 2 of 128 head-dim columns over on AVX2).
+  template <int nj>
+  static void qk_tail(int left, Acc* st, const Acc* qt, const Acc* k, index_t k_ld, int depth) {
+    if constexpr (nj > 1) {
+      if (left != nj) return qk_tail<nj - 1>(left, st, qt, k, k_ld, depth);
+    }
+    qk_block<nj>(st, qt, k, k_ld, depth);
+  }
+  template <int nc>
+  static void pv_tail(int left, Acc* ot, const Acc* alpha, const Acc* pt, const Acc* v, index_t v_ld, int cols) {
+    if constexpr (nc > 1) {
+      if (left != nc) return pv_tail<nc - 1>(left, ot, alpha, pt, v, v_ld, cols);
+    }
+    pv_block<nc>(ot, alpha, pt, v, v_ld, cols);
+  }
+
+  template <int nj>
+  static void qk_block(Acc* st, const Acc* qt, const Acc* k, index_t k_ld, int depth) {
+    for (int i0 = 0; i0 < kQueryPackets; i0 += NI) {
+      Reg acc[nj][NI];
+      FLASHATTN_UNROLL
+      for (int jj = 0; jj < nj; ++jj)
+        FLASHATTN_UNROLL
+        for (int ii = 0; ii < NI; ++ii) acc[jj][ii] = V::zero();
+      const Acc* q_col = qt + i0 * W;
+      for (int c = 0; c < depth; ++c, q_col += Lanes) {
+        Reg q[NI];
+        FLASHATTN_UNROLL
+        for (int ii = 0; ii < NI; ++ii) q[ii] = V::load(q_col + ii * W);
+        FLASHATTN_UNROLL
+        for (int jj = 0; jj < nj; ++jj) {
+          const Reg kb = V::set1(k[jj * k_ld + c]);
+          FLASHATTN_UNROLL
+          for (int ii = 0; ii < NI; ++ii) acc[jj][ii] = V::fma(kb, q[ii], acc[jj][ii]);
+        }
+      }
+      FLASHATTN_UNROLL
+      for (int jj = 0; jj < nj; ++jj)
+        FLASHATTN_UNROLL
+        for (int ii = 0; ii < NI; ++ii) V::store(st + jj * Lanes + (i0 + ii) * W, acc[jj][ii]);
+    }
+  }
+
+  template <int nc>
+  static void pv_block(Acc* ot, const Acc* alpha, const Acc* pt, const Acc* v, index_t v_ld, int cols) {
+    for (int i0 = 0; i0 < kQueryPackets; i0 += NI) {
+      Reg acc[nc][NI];
+      FLASHATTN_UNROLL
+      for (int ii = 0; ii < NI; ++ii) {
+        const Reg a = V::load(alpha + (i0 + ii) * W);
+        FLASHATTN_UNROLL
+        for (int cc = 0; cc < nc; ++cc) acc[cc][ii] = V::mul(V::load(ot + cc * Lanes + (i0 + ii) * W), a);
+      }
+      const Acc* p_row = pt + i0 * W;
+      const Acc* v_row = v;
+      for (int j = 0; j < cols; ++j, p_row += Lanes, v_row += v_ld) {
+        Reg p[NI];
+        FLASHATTN_UNROLL
+        for (int ii = 0; ii < NI; ++ii) p[ii] = V::load(p_row + ii * W);
+        FLASHATTN_UNROLL
+        for (int cc = 0; cc < nc; ++cc) {
+          const Reg vb = V::set1(v_row[cc]);
+          FLASHATTN_UNROLL
+          for (int ii = 0; ii < NI; ++ii) acc[cc][ii] = V::fma(vb, p[ii], acc[cc][ii]);
+        }
+      }
+      FLASHATTN_UNROLL
+      for (int cc = 0; cc < nc; ++cc)
+        FLASHATTN_UNROLL
+        for (int ii = 0; ii < NI; ++ii) V::store(ot + cc * Lanes + (i0 + ii) * W, acc[cc][ii]);
+    }
+  }
+};
+
+}  // namespace flashattn::cpu

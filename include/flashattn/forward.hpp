@@ -1,0 +1,85 @@
+#pragma once
+// The forward entry points. Each validates its arguments (throwing flashattn::InvalidArgument, a
+// std::invalid_argument, with a message naming the argument and values), then hands the call to the
+// backend its context names (cpu::Context<> when none is given).
+//
+//   attention_forward([ctx,] q, k, v, o, options, lse, acct)          softmax(scale·Q·Kᵀ + mask)·V into o
+//   attention_forward_masked([ctx,] q, k, v, o, policy, options, lse, acct)   with a policy of the caller's
+//
+// Calls are thread-safe: no state is shared between calls.
+
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "flashattn/core/context.hpp"
+#include "flashattn/core/errors.hpp"
+#include "flashattn/core/forward_params.hpp"
+#include "flashattn/core/forward_validate.hpp"
+#include "flashattn/core/masks.hpp"
+#include "flashattn/core/options.hpp"
+#include "flashattn/core/variants.hpp"
+#include "flashattn/core/views.hpp"
+#include "flashattn/cpu/context.hpp"
+#include "flashattn/cpu/forward_dispatch.hpp"
+#include "flashattn/instrument/accounting.hpp"
+
+namespace flashattn {
+
+namespace detail {
+template <class Context>
+using if_context = std::enable_if_t<is_backend_context_v<Context>>;
+
+// `example`: how to compose the band into a policy, e.g. "score_mod(BandMask::causal(seq_q, seq_k), fn)".
+[[noreturn]] inline void reject_window_with_policy(const char* example) {
+  throw InvalidArgument(
+      std::string("options.causal / options.window_* cannot be combined with a mask policy: compose a BandMask "
+                  "into the policy instead (e.g. ") + example + ")");
+}
+}  // namespace detail
+
+// q: (batch, seq_q, heads_q, dim), k and v: (batch, seq_k, heads_kv, dim), o: like q. heads_q must be a
+// multiple of heads_kv (grouped-query / multi-query attention). lse, when given: (batch, heads_q, seq_q).
+// `acct` receives the bytes moved between main memory and the tiles (instrument/accounting.hpp).
+template <class Context, class T, class Accounting = NoAccounting, class = detail::if_context<Context>>
+void attention_forward(const Context& ctx, detail::nondeduced<TensorView<const T>> q,
+                       detail::nondeduced<TensorView<const T>> k, detail::nondeduced<TensorView<const T>> v,
+                       TensorView<T> o, const AttentionOptions& options = {}, LseView lse = {},
+                       Accounting&& acct = Accounting{}) {
+  const ForwardParams<T> p = make_forward_params<T>(q, k, v, o, lse, options);
+  validate_context(ctx, p.head_dim());
+  if (p.batch() == 0 || p.q.seq == 0) return;  // nothing to compute: a defined no-op
+  dispatch_forward(ctx, p, options, acct);
+}
+
+template <class T, class Accounting = NoAccounting>
+void attention_forward(detail::nondeduced<TensorView<const T>> q, detail::nondeduced<TensorView<const T>> k,
+                       detail::nondeduced<TensorView<const T>> v, TensorView<T> o,
+                       const AttentionOptions& options = {}, LseView lse = {}, Accounting&& acct = Accounting{}) {
+  attention_forward<cpu::Context<>, T>(cpu::Context<>{}, q, k, v, o, options, lse, std::forward<Accounting>(acct));
+}
+
+// As attention_forward, with a policy (core/masks.hpp, core/variants.hpp) instead of options.causal /
+// options.window_*: ElementMask, ScoreMod, or any type with the same members.
+template <class Context, class T, class Mask, class Accounting = NoAccounting, class = detail::if_context<Context>>
+void attention_forward_masked(const Context& ctx, detail::nondeduced<TensorView<const T>> q,
+                              detail::nondeduced<TensorView<const T>> k, detail::nondeduced<TensorView<const T>> v,
+                              TensorView<T> o, const Mask& mask, const AttentionOptions& options = {},
+                              LseView lse = {}, Accounting&& acct = Accounting{}) {
+  if (options.has_window()) detail::reject_window_with_policy("score_mod(BandMask::causal(seq_q, seq_k), fn)");
+  const ForwardParams<T> p = make_forward_params<T>(q, k, v, o, lse, options);
+  validate_context(ctx, p.head_dim());
+  if (p.batch() == 0 || p.q.seq == 0) return;
+  dispatch_forward(ctx, p, mask, acct);
+}
+
+template <class T, class Mask, class Accounting = NoAccounting>
+void attention_forward_masked(detail::nondeduced<TensorView<const T>> q, detail::nondeduced<TensorView<const T>> k,
+                              detail::nondeduced<TensorView<const T>> v, TensorView<T> o, const Mask& mask,
+                              const AttentionOptions& options = {}, LseView lse = {},
+                              Accounting&& acct = Accounting{}) {
+  attention_forward_masked<cpu::Context<>, T>(cpu::Context<>{}, q, k, v, o, mask, options, lse,
+                                              std::forward<Accounting>(acct));
+}
+
+}  // namespace flashattn
