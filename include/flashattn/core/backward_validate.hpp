@@ -74,12 +74,10 @@ BackwardParams<T> make_backward_params(const TensorView<const T>& q, const Tenso
                                        const TensorView<const T>& d_o, const LseView& lse, const TensorView<T>& dq,
                                        const TensorView<T>& dk, const TensorView<T>& dv,
                                        const AttentionOptions& opts) {
+  const auto [q_span, k_span, v_span] = detail::check_inputs(q, k, v);
   using detail::describe;
   using detail::fail;
   using detail::sizes;
-  const detail::ByteSpan q_span = detail::check_view("q", q);
-  const detail::ByteSpan k_span = detail::check_view("k", k);
-  const detail::ByteSpan v_span = detail::check_view("v", v);
   const detail::ByteSpan o_span = detail::check_view("o", o);
   const detail::ByteSpan do_span = detail::check_view("d_o", d_o);
   const detail::ByteSpan dq_span = detail::check_view("dq", dq);

@@ -23,9 +23,7 @@ ForwardParams<T> make_forward_params(const TensorView<const T>& q, const TensorV
   using detail::describe;
   using detail::fail;
   using detail::sizes;
-  const detail::ByteSpan q_span = detail::check_view("q", q);
-  const detail::ByteSpan k_span = detail::check_view("k", k);
-  const detail::ByteSpan v_span = detail::check_view("v", v);
+  const auto [q_span, k_span, v_span] = detail::check_inputs(q, k, v);
   const detail::ByteSpan o_span = detail::check_view("o", o);
 
   if (k.batch != q.batch || v.batch != q.batch || o.batch != q.batch)

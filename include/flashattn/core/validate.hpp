@@ -98,6 +98,13 @@ ByteSpan check_view(const char* name, const TensorView<T>& x) {
                          {"batch", "seq", "heads", "dim"});
 }
 
+// The views every call reads, q, k and v, checked (check_view); their memory spans in that order.
+template <class T>
+std::array<ByteSpan, 3> check_inputs(const TensorView<const T>& q, const TensorView<const T>& k,
+                                     const TensorView<const T>& v) {
+  return {check_view("q", q), check_view("k", k), check_view("v", v)};
+}
+
 inline std::string sizes(index_t a, index_t b) { return std::to_string(a) + " vs " + std::to_string(b); }
 
 // "out overlaps the memory of input q: out spans bytes [0x.., 0x..), q spans [0x.., 0x..)".

@@ -45,7 +45,7 @@ void forward_with_tiles(int threads, const ForwardParams<T>& p, const Mask& mask
 
 }  // namespace detail
 
-// The tile rule for AutoTiles (the measurements behind it: docs/performance.md, "Tile rules"):
+// The tile rule for AutoTiles (the measurements behind it: docs/performance.md, "Why it is fast", tile height):
 //  - bf16 on the AMX tile unit where this build has it and the CPU and OS allow it, for every mask;
 //  - unmasked calls on CPUs whose L2 holds the taller working set (tall_query_blocks()) take TallTiles,
 //    and fp32 ones whose K and V of a head outgrow L2 TallerTiles; masked calls keep DefaultTiles, which

@@ -219,8 +219,8 @@ class ForwardKernel {
   // Partial tiles: masked scores become −inf (probability exactly 0). Score modifiers are applied here, in
   // natural units. A mask that names the interval of queries keeping each key (has_query_range) is
   // applied by ranges: a row of Sᵀ is one key, so the masked part of it is a prefix and a suffix, filled
-  // with vector stores instead of PanelQ calls to keep() (on the Xeon the element-wise test was a large
-  // part of causal calls at N = 1024, where the diagonal's tiles are a large share of the work).
+  // with vector stores instead of PanelQ calls to keep(): along a causal diagonal the Partial tiles are a
+  // large share of the work at moderate N.
   template <class Mask>
   static void apply_mask(Acc* st, const Mask& mask, index_t q0, int rows, index_t k0, int cols, Acc scale) {
     constexpr Acc neg_inf = -std::numeric_limits<Acc>::infinity();

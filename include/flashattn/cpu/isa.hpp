@@ -10,7 +10,7 @@ namespace flashattn::cpu {
 // Amx is Avx512Bf16 plus Intel's AMX tile unit (TDPBF16PS: a 16 × 16 fp32 tile += 16 × 32 bf16 times
 // 32 × 16 bf16 in one instruction) for the bf16 tile GEMMs (tile_ops_amx.hpp); for every other storage
 // type it behaves as Avx512. AMX also needs the operating system's permission, so it is never kBestIsa:
-// the forward dispatch picks it at run time (dispatch.hpp, amx::usable()).
+// the forward dispatch picks it at run time (forward_dispatch.hpp, amx::usable()).
 enum class Isa { Portable, Avx2, Avx512, Avx512Bf16, Amx };
 
 // Paths compiled into this translation unit.

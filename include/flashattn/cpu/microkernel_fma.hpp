@@ -35,9 +35,8 @@ struct FmaMicroKernel {
   // Enough independent accumulators to cover FMA latency × throughput (4 cycles × 2 pipes = 8 at least),
   // few enough to leave registers for the operands: 16 of AVX-512's 32, 12 of AVX2's 16 (two query
   // packets and one broadcast take three more). Two query packets per block (NI = 2, so NJ = 8 on AVX-512,
-  // 6 on AVX2). Measured (docs/performance.md): on Zen 5, 225 GFLOP/s for both qk and pv at Lanes = 64,
-  // d = 128, against 100–150 for NI = 4 (GCC spills part of the 4 × 4 block) and 78 for NI = 1; on Zen 3
-  // (AVX2), 12 accumulators run the tile ~1.6× faster than 8 (those leave the FMA pipes half idle).
+  // 6 on AVX2): NI = 4 makes GCC spill part of the block, NI = 1 leaves the broadcasts the bottleneck, and on
+  // AVX2 8 accumulators leave the FMA pipes half idle (docs/performance.md, "Why it is fast").
   static constexpr int kAccumulators = is_avx512(isa) ? 16 : 12;
   static constexpr int NI = kQueryPackets % 2 == 0 ? 2 : 1;
   static constexpr int NJ = std::max(1, kAccumulators / NI);

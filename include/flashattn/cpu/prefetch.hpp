@@ -14,9 +14,8 @@
 #include <xmmintrin.h>
 #endif
 
-// Off unless asked for (-DFLASHATTN_PREFETCH=1): measured with bench/tile_sweep, it cost 25–35 % on a
-// Sapphire-Rapids-class Xeon (software prefetches compete for the L1 miss buffers there) for a few
-// percent at best on Zen 5 (docs/performance.md).
+// Off unless asked for (-DFLASHATTN_PREFETCH=1): on some cores software prefetches compete with demand
+// misses for the L1 miss buffers and cost more than they save (docs/performance.md has the sweeps).
 #ifndef FLASHATTN_PREFETCH
 #define FLASHATTN_PREFETCH 0
 #endif

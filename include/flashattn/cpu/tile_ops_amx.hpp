@@ -1,8 +1,8 @@
 #pragma once
 // bf16 tiles multiplied by the AMX tile unit (amx.hpp). On a CPU with AMX (Sapphire Rapids and later
 // Xeons) one TDPBF16PS does 16·16·32 multiply-adds, where vdpbf16ps does 16·2, and on those cores
-// vdpbf16ps has no more throughput than an fp32 FMA: the AVX512-BF16 kernels ran bf16 at 0.87× fp32 there,
-// PyTorch's AMX kernels ~5× faster (docs/performance.md). Accumulation stays fp32.
+// vdpbf16ps has no more throughput than an fp32 FMA, so bf16 gains nothing over fp32 without the tile
+// unit (docs/performance.md). Accumulation stays fp32.
 //
 // The transposed layout of tile_ops.hpp carries over unchanged, so the softmax and everything around
 // the two GEMMs is the AVX-512 code; the tile unit only needs its operands as tiles of 16 rows × 64 bytes:

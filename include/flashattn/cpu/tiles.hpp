@@ -31,7 +31,7 @@ template <class T>
 using acc_t = std::conditional_t<std::is_same_v<std::remove_cv_t<T>, double>, double, float>;
 
 // The configurations forward_dispatch.hpp's AutoTiles rule picks from. Why each, and the runs that chose
-// them: docs/performance.md, "Tile rules".
+// them: docs/performance.md, "Why it is fast", tile height.
 //  - DefaultTiles: 64 × 64, every query block streams its head's K and V once.
 //  - TallTiles: 128-row programs of two 64-row panels: the K/V traffic of a tall block with the L1
 //    working set of a short one, for CPUs whose L2 holds it (tall_query_blocks()). Both give the same

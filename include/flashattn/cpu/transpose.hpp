@@ -1,8 +1,8 @@
 #pragma once
 // Moving a block between the caller's row-major rows and the kernels' transposed layout: Q rows into Qᵀ
 // when a program starts, Oᵀ into O rows when it ends. Element by element, each of these costs a few
-// cycles per element (a strided store or load for every one), which at N = 1024 was ~10 % of the forward
-// on Zen 5; on AVX-512 a 16 × 16 block moves through registers instead (16 loads, 64 shuffles, 16 stores).
+// cycles per element (a strided store or load for every one), a visible share of a short forward; on
+// AVX-512 a 16 × 16 block moves through registers instead (16 loads, 64 shuffles, 16 stores).
 // The move converts as it goes when the two sides differ (fp16 or bf16 Q rows into an fp32 Qᵀ, an fp32 Oᵀ
 // into fp16 O rows): the block is widened to fp32 as it is loaded and narrowed as it is stored, with the
 // same rounding as a scalar conversion (round to nearest even; NaN, infinity and subnormals as Eigen's
@@ -42,18 +42,6 @@ __m512 shuffle_lanes(__m512 a, __m512 b) {
 template <class E>
 inline constexpr bool moves_as_packet = std::is_same_v<std::remove_cv_t<E>, float> || is_fp16<E> || is_bf16<E>;
 
-// 16 consecutive elements as fp32 lanes (the all-lanes maskz forms, for GCC 12 as above).
-template <class E>
-__m512 load_packet(const E* p) {
-  if constexpr (std::is_same_v<std::remove_cv_t<E>, float>) {
-    return _mm512_loadu_ps(p);
-  } else {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    if constexpr (is_fp16<E>) return _mm512_maskz_cvtph_ps(0xFFFF, h);
-    // bf16 is the upper half of an fp32: widening is a shift.
-    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, h), 16));
-  }
-}
 template <class E>
 void store_packet(E* p, __m512 x) {
   if constexpr (std::is_same_v<E, float>) {
