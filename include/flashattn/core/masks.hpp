@@ -46,7 +46,9 @@ struct BandMask {
   index_t left = kUnbounded;
   index_t right = kUnbounded;
 
-  FLASHATTN_HOST_DEVICE static BandMask causal(index_t seq_q, index_t seq_k) { return {seq_k, seq_k - seq_q, kUnbounded, 0}; }
+  FLASHATTN_HOST_DEVICE static BandMask causal(index_t seq_q, index_t seq_k) {
+    return {seq_k, seq_k - seq_q, kUnbounded, 0};
+  }
   // Negative window sizes mean unbounded on that side (AttentionOptions' convention).
   FLASHATTN_HOST_DEVICE static BandMask window(index_t seq_q, index_t seq_k, index_t left, index_t right) {
     return {seq_k, seq_k - seq_q, bound(left), bound(right)};

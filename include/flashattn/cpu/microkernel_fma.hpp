@@ -19,10 +19,31 @@
 #include <cstddef>
 
 #include "flashattn/core/views.hpp"
+#include "flashattn/cpu/microkernel.hpp"
 #include "flashattn/cpu/prefetch.hpp"
 #include "flashattn/cpu/simd.hpp"
 
 namespace flashattn::cpu {
+
+// The FMA dot step of microkernel.hpp's skeleton: fp32 (or fp64) lanes times a broadcast element.
+template <class Acc_, Isa isa>
+struct FmaStep {
+  using V = Simd<Acc_, isa>;
+  using Acc = Acc_;
+  using Reg = typename V::Reg;
+  using Operand = Reg;
+  using LaneElem = Acc;
+  using StreamElem = Acc;
+  static constexpr int W = V::width;
+  static constexpr int kUnit = 1;
+  static Reg zero() { return V::zero(); }
+  static Reg load(const Acc* p) { return V::load(p); }
+  static void store(Acc* p, Reg x) { V::store(p, x); }
+  static Reg mul(Reg a, Reg b) { return V::mul(a, b); }
+  static Reg load_lanes(const Acc* p) { return V::load(p); }
+  static Reg broadcast(const Acc* p) { return V::set1(*p); }
+  static Reg madd(Reg acc, Reg lanes, Reg b) { return V::fma(b, lanes, acc); }
+};
 
 template <class Acc, int Lanes, int HeadDim, Isa isa>
 struct FmaMicroKernel {
@@ -41,6 +62,7 @@ struct FmaMicroKernel {
   static constexpr int NI = kQueryPackets % 2 == 0 ? 2 : 1;
   static constexpr int NJ = std::max(1, kAccumulators / NI);
   static constexpr int NC = NJ;
+  using Blocked = RegisterBlocked<FmaStep<Acc, isa>, Lanes, NI>;
 
   // st (cols, Lanes) = K(cols, d) · Qᵀ(d, Lanes). k: row-major, leading dimension k_ld.
   // `next` rows are prefetched alongside: row j of it with row j of k.
@@ -49,7 +71,7 @@ struct FmaMicroKernel {
     int j = 0;
     for (; j + NJ <= cols; j += NJ, st += NJ * Lanes, k += NJ * k_ld) {
       next.issue(j, j + NJ);
-      qk_block<NJ>(st, qt, k, k_ld, depth);
+      Blocked::template qk_block<NJ>(st, qt, k, k_ld, depth);
     }
     if (j < cols) qk_tail<NJ - 1>(cols - j, st, qt, k, k_ld, depth);
   }
@@ -63,7 +85,7 @@ struct FmaMicroKernel {
     int c = 0;
     for (int block = 0; c + NC <= width; c += NC, ot += NC * Lanes, v += NC, ++block) {
       next.issue_share(block, blocks);
-      pv_block<NC>(ot, alpha, pt, v, v_ld, cols);
+      Blocked::template pv_block<NC>(ot, alpha, pt, v, v_ld, cols);
     }
     if (c < width) pv_tail<NC - 1>(width - c, ot, alpha, pt, v, v_ld, cols);
   }
@@ -77,72 +99,16 @@ struct FmaMicroKernel {
     if constexpr (nj > 1) {
       if (left != nj) return qk_tail<nj - 1>(left, st, qt, k, k_ld, depth);
     }
-    qk_block<nj>(st, qt, k, k_ld, depth);
+    Blocked::template qk_block<nj>(st, qt, k, k_ld, depth);
   }
   template <int nc>
   static void pv_tail(int left, Acc* ot, const Acc* alpha, const Acc* pt, const Acc* v, index_t v_ld, int cols) {
     if constexpr (nc > 1) {
       if (left != nc) return pv_tail<nc - 1>(left, ot, alpha, pt, v, v_ld, cols);
     }
-    pv_block<nc>(ot, alpha, pt, v, v_ld, cols);
+    Blocked::template pv_block<nc>(ot, alpha, pt, v, v_ld, cols);
   }
 
-  template <int nj>
-  static void qk_block(Acc* st, const Acc* qt, const Acc* k, index_t k_ld, int depth) {
-    for (int i0 = 0; i0 < kQueryPackets; i0 += NI) {
-      Reg acc[nj][NI];
-      FLASHATTN_UNROLL
-      for (int jj = 0; jj < nj; ++jj)
-        FLASHATTN_UNROLL
-        for (int ii = 0; ii < NI; ++ii) acc[jj][ii] = V::zero();
-      const Acc* q_col = qt + i0 * W;
-      for (int c = 0; c < depth; ++c, q_col += Lanes) {
-        Reg q[NI];
-        FLASHATTN_UNROLL
-        for (int ii = 0; ii < NI; ++ii) q[ii] = V::load(q_col + ii * W);
-        FLASHATTN_UNROLL
-        for (int jj = 0; jj < nj; ++jj) {
-          const Reg kb = V::set1(k[jj * k_ld + c]);
-          FLASHATTN_UNROLL
-          for (int ii = 0; ii < NI; ++ii) acc[jj][ii] = V::fma(kb, q[ii], acc[jj][ii]);
-        }
-      }
-      FLASHATTN_UNROLL
-      for (int jj = 0; jj < nj; ++jj)
-        FLASHATTN_UNROLL
-        for (int ii = 0; ii < NI; ++ii) V::store(st + jj * Lanes + (i0 + ii) * W, acc[jj][ii]);
-    }
-  }
-
-  template <int nc>
-  static void pv_block(Acc* ot, const Acc* alpha, const Acc* pt, const Acc* v, index_t v_ld, int cols) {
-    for (int i0 = 0; i0 < kQueryPackets; i0 += NI) {
-      Reg acc[nc][NI];
-      FLASHATTN_UNROLL
-      for (int ii = 0; ii < NI; ++ii) {
-        const Reg a = V::load(alpha + (i0 + ii) * W);
-        FLASHATTN_UNROLL
-        for (int cc = 0; cc < nc; ++cc) acc[cc][ii] = V::mul(V::load(ot + cc * Lanes + (i0 + ii) * W), a);
-      }
-      const Acc* p_row = pt + i0 * W;
-      const Acc* v_row = v;
-      for (int j = 0; j < cols; ++j, p_row += Lanes, v_row += v_ld) {
-        Reg p[NI];
-        FLASHATTN_UNROLL
-        for (int ii = 0; ii < NI; ++ii) p[ii] = V::load(p_row + ii * W);
-        FLASHATTN_UNROLL
-        for (int cc = 0; cc < nc; ++cc) {
-          const Reg vb = V::set1(v_row[cc]);
-          FLASHATTN_UNROLL
-          for (int ii = 0; ii < NI; ++ii) acc[cc][ii] = V::fma(vb, p[ii], acc[cc][ii]);
-        }
-      }
-      FLASHATTN_UNROLL
-      for (int cc = 0; cc < nc; ++cc)
-        FLASHATTN_UNROLL
-        for (int ii = 0; ii < NI; ++ii) V::store(ot + cc * Lanes + (i0 + ii) * W, acc[cc][ii]);
-    }
-  }
 };
 
 }  // namespace flashattn::cpu

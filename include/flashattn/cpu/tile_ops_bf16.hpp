@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "flashattn/cpu/microkernel.hpp"
 #include "flashattn/cpu/tile_ops.hpp"
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
@@ -37,6 +38,25 @@ inline __m512bh broadcast_pair(const void* p) {
   return (__m512bh)_mm512_set1_epi32(int(pair));
 }
 inline __m512bh load_pairs(const void* p) { return (__m512bh)_mm512_loadu_si512(p); }
+
+// The bf16 dot step of microkernel.hpp's skeleton: 16 lanes of bf16 pairs times a broadcast pair,
+// accumulated in fp32 by vdpbf16ps (acc += a0·b0 + a1·b1 per lane).
+struct Bf16DotStep {
+  using Acc = float;
+  using Reg = __m512;
+  using Operand = __m512bh;
+  using LaneElem = std::uint32_t;    // a pair of bf16
+  using StreamElem = std::uint16_t;  // bf16 bits
+  static constexpr int W = 16;
+  static constexpr int kUnit = 2;    // one pair
+  static Reg zero() { return _mm512_setzero_ps(); }
+  static Reg load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, Reg x) { _mm512_storeu_ps(p, x); }
+  static Reg mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
+  static Operand load_lanes(const LaneElem* p) { return load_pairs(p); }
+  static Operand broadcast(const StreamElem* p) { return broadcast_pair(p); }
+  static Reg madd(Reg acc, Operand lanes, Operand b) { return _mm512_dpbf16_ps(acc, lanes, b); }
+};
 }  // namespace detail
 
 // T is Eigen::bfloat16 (kept a template parameter so that this header needs no Eigen).
@@ -52,6 +72,7 @@ struct TileOps<T, Lanes, Streamed, HeadDim, Isa::Avx512Bf16, std::enable_if_t<is
   static constexpr int NI = kQueryPackets % 2 == 0 ? 2 : 1;
   static constexpr int NJ = 16 / NI;
   static constexpr int NC = NJ;
+  using Blocked = RegisterBlocked<detail::Bf16DotStep, Lanes, NI>;
 
   struct StagedTile {
     const StagedElem* data;
@@ -141,9 +162,9 @@ struct TileOps<T, Lanes, Streamed, HeadDim, Isa::Avx512Bf16, std::enable_if_t<is
     int j = 0;
     for (; j + NJ <= cols; j += NJ, st += NJ * Lanes, k.data += NJ * k.ld) {
       next.issue(j, j + NJ);
-      qk_block<NJ>(st, qt, k, d2);
+      Blocked::template qk_block<NJ>(st, qt, k.data, k.ld, d2);
     }
-    for (; j < cols; ++j, st += Lanes, k.data += k.ld) qk_block<1>(st, qt, k, d2);
+    for (; j < cols; ++j, st += Lanes, k.data += k.ld) Blocked::template qk_block<1>(st, qt, k.data, k.ld, d2);
   }
 
   // ot (d, Lanes) = ot · diag(alpha) + Vᵀ·Pᵀ. pt (cols, Lanes) fp32 probabilities, packed to pairs in place.
@@ -155,8 +176,9 @@ struct TileOps<T, Lanes, Streamed, HeadDim, Isa::Avx512Bf16, std::enable_if_t<is
     const int cols2 = pairs(cols);
     int c = 0;
     const StagedElem* v_col = v.data;  // pair column c of the staged V
-    for (; c + NC <= width; c += NC, ot += NC * Lanes, v_col += 2 * NC) pv_block<NC>(ot, alpha, p2, v_col, v.ld, cols2);
-    for (; c < width; ++c, ot += Lanes, v_col += 2) pv_block<1>(ot, alpha, p2, v_col, v.ld, cols2);
+    for (; c + NC <= width; c += NC, ot += NC * Lanes, v_col += 2 * NC)
+      Blocked::template pv_block<NC>(ot, alpha, p2, v_col, v.ld, cols2);
+    for (; c < width; ++c, ot += Lanes, v_col += 2) Blocked::template pv_block<1>(ot, alpha, p2, v_col, v.ld, cols2);
   }
 
  protected:  // the AMX kernels (tile_ops_amx.hpp) share the pair layouts
@@ -193,62 +215,6 @@ struct TileOps<T, Lanes, Streamed, HeadDim, Isa::Avx512Bf16, std::enable_if_t<is
     }
   }
 
-  template <int nj>
-  static void qk_block(Acc* st, const LaneElem* qt, StagedTile k, int d2) {
-    for (int i0 = 0; i0 < kQueryPackets; i0 += NI) {
-      __m512 acc[nj][NI];
-      FLASHATTN_UNROLL
-      for (int jj = 0; jj < nj; ++jj)
-        FLASHATTN_UNROLL
-        for (int ii = 0; ii < NI; ++ii) acc[jj][ii] = _mm512_setzero_ps();
-      const LaneElem* q_col = qt + i0 * W;
-      for (int p = 0; p < d2; ++p, q_col += Lanes) {
-        __m512bh q[NI];
-        FLASHATTN_UNROLL
-        for (int ii = 0; ii < NI; ++ii) q[ii] = detail::load_pairs(q_col + ii * W);
-        FLASHATTN_UNROLL
-        for (int jj = 0; jj < nj; ++jj) {
-          const __m512bh kb = detail::broadcast_pair(k.data + jj * k.ld + 2 * p);
-          FLASHATTN_UNROLL
-          for (int ii = 0; ii < NI; ++ii) acc[jj][ii] = _mm512_dpbf16_ps(acc[jj][ii], q[ii], kb);
-        }
-      }
-      FLASHATTN_UNROLL
-      for (int jj = 0; jj < nj; ++jj)
-        FLASHATTN_UNROLL
-        for (int ii = 0; ii < NI; ++ii) _mm512_storeu_ps(st + jj * Lanes + (i0 + ii) * W, acc[jj][ii]);
-    }
-  }
-
-  template <int nc>
-  static void pv_block(Acc* ot, const Acc* alpha, const LaneElem* p2, const StagedElem* v, index_t v_ld, int cols2) {
-    for (int i0 = 0; i0 < kQueryPackets; i0 += NI) {
-      __m512 acc[nc][NI];
-      FLASHATTN_UNROLL
-      for (int ii = 0; ii < NI; ++ii) {
-        const __m512 a = _mm512_loadu_ps(alpha + (i0 + ii) * W);
-        FLASHATTN_UNROLL
-        for (int cc = 0; cc < nc; ++cc) acc[cc][ii] = _mm512_mul_ps(_mm512_loadu_ps(ot + cc * Lanes + (i0 + ii) * W), a);
-      }
-      const LaneElem* p_row = p2 + i0 * W;
-      const StagedElem* v_row = v;
-      for (int q = 0; q < cols2; ++q, p_row += Lanes, v_row += v_ld) {
-        __m512bh p[NI];
-        FLASHATTN_UNROLL
-        for (int ii = 0; ii < NI; ++ii) p[ii] = detail::load_pairs(p_row + ii * W);
-        FLASHATTN_UNROLL
-        for (int cc = 0; cc < nc; ++cc) {
-          const __m512bh vb = detail::broadcast_pair(v_row + 2 * cc);
-          FLASHATTN_UNROLL
-          for (int ii = 0; ii < NI; ++ii) acc[cc][ii] = _mm512_dpbf16_ps(acc[cc][ii], p[ii], vb);
-        }
-      }
-      FLASHATTN_UNROLL
-      for (int cc = 0; cc < nc; ++cc)
-        FLASHATTN_UNROLL
-        for (int ii = 0; ii < NI; ++ii) _mm512_storeu_ps(ot + cc * Lanes + (i0 + ii) * W, acc[cc][ii]);
-    }
-  }
 };
 
 }  // namespace flashattn::cpu
