@@ -21,7 +21,8 @@
 #include <type_traits>
 
 #include "flashattn/cpu/amx.hpp"
-#include "flashattn/cpu/tile_ops_bf16.hpp"
+#include "flashattn/cpu/bf16_pairs.hpp"
+#include "flashattn/cpu/tile_ops.hpp"
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
     defined(__AVX512DQ__) && (FLASHATTN_AMX_INSTRUCTIONS || defined(FLASHATTN_AMX_EMULATE))
@@ -29,10 +30,9 @@
 namespace flashattn::cpu {
 
 template <class T, int Lanes, int Streamed, int HeadDim>
-struct TileOps<T, Lanes, Streamed, HeadDim, Isa::Amx, std::enable_if_t<is_bf16<T>>>
-    : private TileOps<T, Lanes, Streamed, HeadDim, Isa::Avx512Bf16> {
+struct TileOps<T, Lanes, Streamed, HeadDim, Isa::Amx, std::enable_if_t<is_bf16<T>>> {
  private:
-  using Pairs = TileOps<T, Lanes, Streamed, HeadDim, Isa::Avx512Bf16>;
+  using Pairs = Bf16Pairs<T, Lanes>;
 
  public:
   using Acc = float;
@@ -59,7 +59,7 @@ struct TileOps<T, Lanes, Streamed, HeadDim, Isa::Amx, std::enable_if_t<is_bf16<T
 
   static void load_lanes(LaneElem* qt, Acc* row_buf, const TensorView<const T>& q, index_t b, index_t h, index_t q0,
                      int rows, int d) {
-    Pairs::load_lanes(qt, row_buf, q, b, h, q0, rows, d);
+    Pairs::load_lanes(qt, q, b, h, q0, rows, d);
     const int filled = (d + 1) / 2;
     std::fill(qt + std::size_t(filled) * Lanes, qt + lane_elems(d), LaneElem(0));
   }

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "flashattn/cpu/bf16_pairs.hpp"
 #include "flashattn/cpu/microkernel.hpp"
 #include "flashattn/cpu/tile_ops.hpp"
 
@@ -23,41 +24,6 @@
 
 namespace flashattn::cpu {
 
-namespace detail {
-template <class Bf16>
-std::uint16_t bf16_bits(const Bf16* x) {
-  static_assert(sizeof(Bf16) == 2, "bf16 storage is 16 bits");
-  std::uint16_t bits;
-  std::memcpy(&bits, x, sizeof bits);
-  return bits;
-}
-// One pair of bf16 (32 bits) broadcast to every lane.
-inline __m512bh broadcast_pair(const void* p) {
-  std::uint32_t pair;
-  std::memcpy(&pair, p, sizeof pair);
-  return (__m512bh)_mm512_set1_epi32(int(pair));
-}
-inline __m512bh load_pairs(const void* p) { return (__m512bh)_mm512_loadu_si512(p); }
-
-// The bf16 dot step of microkernel.hpp's skeleton: 16 lanes of bf16 pairs times a broadcast pair,
-// accumulated in fp32 by vdpbf16ps (acc += a0·b0 + a1·b1 per lane).
-struct Bf16DotStep {
-  using Acc = float;
-  using Reg = __m512;
-  using Operand = __m512bh;
-  using LaneElem = std::uint32_t;    // a pair of bf16
-  using StreamElem = std::uint16_t;  // bf16 bits
-  static constexpr int W = 16;
-  static constexpr int kUnit = 2;    // one pair
-  static Reg zero() { return _mm512_setzero_ps(); }
-  static Reg load(const float* p) { return _mm512_loadu_ps(p); }
-  static void store(float* p, Reg x) { _mm512_storeu_ps(p, x); }
-  static Reg mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
-  static Operand load_lanes(const LaneElem* p) { return load_pairs(p); }
-  static Operand broadcast(const StreamElem* p) { return broadcast_pair(p); }
-  static Reg madd(Reg acc, Operand lanes, Operand b) { return _mm512_dpbf16_ps(acc, lanes, b); }
-};
-}  // namespace detail
 
 // T is Eigen::bfloat16 (kept a template parameter so that this header needs no Eigen).
 template <class T, int Lanes, int Streamed, int HeadDim>
@@ -73,13 +39,14 @@ struct TileOps<T, Lanes, Streamed, HeadDim, Isa::Avx512Bf16, std::enable_if_t<is
   static constexpr int NJ = 16 / NI;
   static constexpr int NC = NJ;
   using Blocked = RegisterBlocked<detail::Bf16DotStep, Lanes, NI>;
+  using Pairs = Bf16Pairs<T, Lanes>;
+  static int pairs(int n) { return Pairs::pairs(n); }
 
   struct StagedTile {
     const StagedElem* data;
     index_t ld;  // elements between rows: of K rows for K; of pair rows (in bf16 elements) for V
   };
 
-  static int pairs(int n) { return (n + 1) / 2; }
   static std::size_t lane_elems(int d) { return std::size_t(pairs(d)) * Lanes; }
   // K: (Streamed, 2·⌈d/2⌉) bf16; V: (⌈Streamed/2⌉, d) pairs — the larger of the two.
   static std::size_t stage_elems(int d) {
@@ -88,18 +55,8 @@ struct TileOps<T, Lanes, Streamed, HeadDim, Isa::Avx512Bf16, std::enable_if_t<is
 
   // qt (⌈d/2⌉, Lanes) pairs of Q[q0 : q0 + rows], zero pairs in padding rows and past an odd d.
   static void load_lanes(LaneElem* qt, Acc* /*row_buf*/, const TensorView<const T>& q, index_t b, index_t h, index_t q0,
-                     int rows, int d) {
-    const int d2 = pairs(d);
-    for (int i = 0; i < rows; ++i) {
-      const T* row = q.row(b, q0 + i, h);
-      for (int p = 0; p < d2; ++p) {
-        const std::uint32_t lo = detail::bf16_bits(row + 2 * p * q.stride_dim);
-        const std::uint32_t hi = 2 * p + 1 < d ? detail::bf16_bits(row + (2 * p + 1) * q.stride_dim) : 0u;
-        qt[p * Lanes + i] = lo | (hi << 16);
-      }
-    }
-    for (int p = 0; p < d2; ++p)
-      for (int i = rows; i < Lanes; ++i) qt[p * Lanes + i] = 0u;
+                         int rows, int d) {
+    Pairs::load_lanes(qt, q, b, h, q0, rows, d);
   }
 
   // K rows in place when their pairs are adjacent in memory (unit dim stride, even d) unless `copy`; else
@@ -107,7 +64,7 @@ struct TileOps<T, Lanes, Streamed, HeadDim, Isa::Avx512Bf16, std::enable_if_t<is
   template <class Rows>
   static StagedTile stage_for_qk(StagedElem* stage, const Rows& k, index_t b, index_t h, index_t k0, int cols, int d,
                         bool copy = false) {
-    const bool pairs_adjacent = adjacent_pairs(k, d);
+    const bool pairs_adjacent = Pairs::adjacent_pairs(k, d);
     if (pairs_adjacent && !copy && k.even_rows(b, h, k0, cols))
       return {reinterpret_cast<const StagedElem*>(k.row(b, h, k0)), k.row_stride()};
     const int width = 2 * pairs(d);
@@ -125,7 +82,7 @@ struct TileOps<T, Lanes, Streamed, HeadDim, Isa::Avx512Bf16, std::enable_if_t<is
   // Whether staged tiles are worth keeping for a head's later query blocks (staged_tile_cache.hpp): K when it
   // is staged or its rows in place are not contiguous; V always (it is always interleaved).
   template <class Rows>
-  static bool keeps_qk_tiles(const Rows& k, int d) { return !(adjacent_pairs(k, d) && k.row_stride() == d); }
+  static bool keeps_qk_tiles(const Rows& k, int d) { return !(Pairs::adjacent_pairs(k, d) && k.row_stride() == d); }
   template <class Rows>
   static bool keeps_pv_tiles(const Rows& /*v*/, int /*d*/) { return true; }
 
@@ -133,7 +90,7 @@ struct TileOps<T, Lanes, Streamed, HeadDim, Isa::Avx512Bf16, std::enable_if_t<is
   template <class Rows>
   static StagedTile stage_for_pv(StagedElem* stage, const Rows& v, index_t b, index_t h, index_t k0, int cols, int d,
                         bool /*copy: V is always staged*/ = false) {
-    const __m512i lo_idx = interleave_index(0), hi_idx = interleave_index(16);
+    const __m512i lo_idx = Pairs::interleave_index(0), hi_idx = Pairs::interleave_index(16);
     const index_t dim_stride = v.dim_stride();
     for (int q = 0; q < pairs(cols); ++q) {
       const T* r0 = v.row(b, h, k0 + 2 * q);
@@ -170,7 +127,7 @@ struct TileOps<T, Lanes, Streamed, HeadDim, Isa::Avx512Bf16, std::enable_if_t<is
   // ot (d, Lanes) = ot · diag(alpha) + Vᵀ·Pᵀ. pt (cols, Lanes) fp32 probabilities, packed to pairs in place.
   static void pv(Acc* ot, const Acc* alpha, Acc* pt, StagedTile v, int cols, int d, const PrefetchRows& next = {}) {
     next.issue(0, next.rows);  // the V staging already streamed this tile; the next K tile goes in one go
-    pack_p_pairs(pt, cols);
+    Pairs::pack_p_pairs(pt, cols);
     const LaneElem* p2 = reinterpret_cast<const LaneElem*>(pt);
     const int width = HeadDim > 0 ? HeadDim : d;
     const int cols2 = pairs(cols);
@@ -179,40 +136,6 @@ struct TileOps<T, Lanes, Streamed, HeadDim, Isa::Avx512Bf16, std::enable_if_t<is
     for (; c + NC <= width; c += NC, ot += NC * Lanes, v_col += 2 * NC)
       Blocked::template pv_block<NC>(ot, alpha, p2, v_col, v.ld, cols2);
     for (; c < width; ++c, ot += Lanes, v_col += 2) Blocked::template pv_block<1>(ot, alpha, p2, v_col, v.ld, cols2);
-  }
-
- protected:  // the AMX kernels (tile_ops_amx.hpp) share the pair layouts
-  // A K row's (2p, 2p + 1) pairs lie side by side in memory: it can be read in place with 32-bit broadcasts.
-  template <class Rows>
-  static bool adjacent_pairs(const Rows& k, int d) { return k.dim_stride() == 1 && d % 2 == 0; }
-
-  // permutex2var index that interleaves 16 bf16 of `a` (from `first`) with the same 16 of `b`
-  // (index bit 5 selects b).
-  static __m512i interleave_index(int first) {
-    alignas(64) std::uint16_t idx[32];
-    for (int k = 0; k < 32; ++k) idx[k] = std::uint16_t(first + k / 2 + (k % 2 ? 32 : 0));
-    return _mm512_load_si512(idx);
-  }
-  // permutexvar index that interleaves the low and high 16 bf16 of one register: (x[k], x[16 + k]).
-  static __m512i halves_interleave_index() {
-    alignas(64) std::uint16_t idx[32];
-    for (int k = 0; k < 32; ++k) idx[k] = std::uint16_t(k / 2 + (k % 2 ? 16 : 0));
-    return _mm512_load_si512(idx);
-  }
-
-  // Rows 2q, 2q + 1 of fp32 P become pair row q (bf16, round to nearest even). Row q is written after rows
-  // 2q and 2q + 1 (both >= q) have been read, so packing in place is safe.
-  static void pack_p_pairs(Acc* pt, int cols) {
-    const __m512i idx = halves_interleave_index();
-    for (int q = 0; q < pairs(cols); ++q) {
-      for (int i = 0; i < Lanes; i += W) {
-        const __m512 a = _mm512_loadu_ps(pt + 2 * q * Lanes + i);
-        const __m512 b = 2 * q + 1 < cols ? _mm512_loadu_ps(pt + (2 * q + 1) * Lanes + i) : _mm512_setzero_ps();
-        // cvtne2ps_pbh(b, a): a in the low 16 bf16, b in the high 16; then interleave them pairwise.
-        const __m512i ab = (__m512i)_mm512_cvtne2ps_pbh(b, a);
-        _mm512_storeu_si512(pt + q * Lanes + i, _mm512_permutexvar_epi16(idx, ab));
-      }
-    }
   }
 
 };
