@@ -200,14 +200,14 @@ class BackwardKernel {
       // Sᵀ (cols, BlockQ) = K·Qᵀ, while this tile's V rows are fetched.
       OpsQ::qk(s.st(), s.qt(), k_tile, cols, d, prefetch_rows(v_rows, b, h_kv, k0, cols, d));
       if (kind == TileKind::Partial || modifies_scores_v<Mask>)
-        mask_transposed(s.st(), s.gt(), mask, Acc(p.scale), q0, rows, k0, cols);
+        mask_tile<QueryLanes>(s.st(), s.gt(), mask, Acc(p.scale), TileSpan{q0, rows, k0, cols, true, k0, k1});
 
       const auto v_tile = OpsQ::stage_for_qk(s.v_stage(), v_rows, b, h_kv, k0, cols, d);
       OpsQ::qk(s.dpt(), s.dot(), v_tile, cols, d);  // dPᵀ (cols, BlockQ) = V·dOᵀ
 
       // Sᵀ -> Pᵀ (kept in st) and dPᵀ -> dSᵀ (in dpt).
-      probabilities_and_ds_transposed<modifies_scores_v<Mask>>(s.st(), s.dpt(), s.gt(), cols, score_scale<Mask>(p),
-                                                             s.delta(), s.neg_lse());
+      probabilities_and_ds<QueryLanes, modifies_scores_v<Mask>>(s.st(), s.dpt(), s.gt(), cols, score_scale<Mask>(p),
+                                                                s.delta(), s.neg_lse());
 
       // dQᵀ (d, BlockQ) += Kᵀ·dSᵀ, while the next tile's K rows are fetched.
       const auto k_as_v = OpsQ::stage_for_pv(s.kv_stage(), k_rows, b, h_kv, k0, cols, d);
@@ -258,13 +258,13 @@ class BackwardKernel {
         // S (rows, BlockKV) = Q·Kᵀ, while this block's dO rows are fetched.
         OpsKV::qk(s.s(), s.kt(), q_rows, rows, d, prefetch_rows(do_rows_src, b, h, q0, rows, d));
         if (partial || modifies_scores_v<HeadMask> || cols < BlockKV)
-          mask_rows(s.s(), s.g(), head_mask, Acc(p.scale), partial, q0, rows, k0, cols, lo, hi);
+          mask_tile<KeyLanes>(s.s(), s.g(), head_mask, Acc(p.scale), TileSpan{q0, rows, k0, cols, partial, lo, hi});
         const auto do_rows = OpsKV::stage_for_qk(s.do_stage(), do_rows_src, b, h, q0, rows, d);
         OpsKV::qk(s.dp(), s.vt(), do_rows, rows, d);  // dP (rows, BlockKV) = dO·Vᵀ
 
         // S -> P (in s) and dP -> dS (in dp).
-        probabilities_and_ds_rows<modifies_scores_v<HeadMask>>(s.s(), s.dp(), s.g(), rows, score_scale<HeadMask>(p),
-                                                             delta + q0, neg_lse + q0);
+        probabilities_and_ds<KeyLanes, modifies_scores_v<HeadMask>>(s.s(), s.dp(), s.g(), rows,
+                                                                    score_scale<HeadMask>(p), delta + q0, neg_lse + q0);
 
         const auto do_as_v = OpsKV::stage_for_pv(s.do_pv_stage(), do_rows_src, b, h, q0, rows, d);
         OpsKV::pv(s.dvt(), s.ones(), s.s(), do_as_v, rows, d);  // dVᵀ (d, BlockKV) += dOᵀ·P
@@ -342,7 +342,7 @@ class BackwardKernel {
       const auto k_tile = OpsQ::stage_for_qk(s.k_stage(), dense_kv(p.k), b, h_kv, k0, cols, d);
       OpsQ::qk(s.st(), s.qt(), k_tile, cols, d);
       if (kind == TileKind::Partial || modifies_scores_v<Mask>)
-        mask_transposed(s.st(), s.gt(), mask, Acc(p.scale), q0, rows, k0, cols);
+        mask_tile<QueryLanes>(s.st(), s.gt(), mask, Acc(p.scale), TileSpan{q0, rows, k0, cols, true, k0, k1});
       for (int i = 0; i < BlockQ; i += W) {
         const Reg shift = V::load(s.neg_lse() + i);
         Reg sum = V::load(sums + i);
@@ -357,103 +357,103 @@ class BackwardKernel {
     }
   }
 
-  // Sᵀ (cols, BlockQ) -> Pᵀ and dPᵀ -> dSᵀ = Pᵀ ∘ (dPᵀ − D) [∘ Gᵀ]: lane-wise, since a packet holds
-  // consecutive query rows.
-  template <bool kScoreGrad>
-  static void probabilities_and_ds_transposed(Acc* st, Acc* dpt, const Acc* gt, int cols, Acc score_scale,
-                                              const Acc* delta, const Acc* neg_lse) {
+  // The part of the score grid a score tile covers: query rows [q0, q0 + rows), key columns
+  // [k0, k0 + cols), of which only [lo, hi) can be kept (the forward visited no other key for this query
+  // block); `partial`: some element of it may be masked.
+  struct TileSpan {
+    index_t q0;
+    int rows;
+    index_t k0;
+    int cols;
+    bool partial;
+    index_t lo, hi;
+  };
+
+  // The two layouts of a score tile (S, then P; dP, then dS; the score modifier's derivatives G), as
+  // types. A tile row holds `Lanes` consecutive entries of one index, in packets:
+  //   QueryLanes, the dQ program's Sᵀ (BlockKV, BlockQ): a row per key, the queries along the lanes;
+  //   KeyLanes, the dK/dV program's S (BlockQ, BlockKV): a row per query, the keys along the lanes.
+  // A query's statistics (D, −LSE) are then a packet of the lanes or one broadcast per row, and a mask
+  // applied by ranges uses the interval of queries keeping each key (has_query_range) or of keys kept by
+  // each query (has_key_range).
+  struct QueryLanes {
+    static constexpr int Lanes = BlockQ;
+    static int tile_rows(const TileSpan& t) { return t.cols; }
+    static int lanes_used(const TileSpan& t) { return t.rows; }
+    static index_t query(const TileSpan& t, int /*row*/, int lane) { return t.q0 + lane; }
+    static index_t key(const TileSpan& t, int row, int /*lane*/) { return t.k0 + row; }
+    static Reg query_stat(const Acc* stat, int /*row*/, int lane) { return V::load(stat + lane); }
+    template <class Mask>
+    static constexpr bool by_ranges = has_query_range<Mask>::value;
+    template <class Mask>
+    static RowSpan kept_lanes(const Mask& mask, const TileSpan& t, int row) {
+      return rows_keeping_key(mask, t.k0 + row, t.q0, t.rows);
+    }
+  };
+  struct KeyLanes {
+    static constexpr int Lanes = BlockKV;
+    static int tile_rows(const TileSpan& t) { return t.rows; }
+    static int lanes_used(const TileSpan& t) { return t.cols; }
+    static index_t query(const TileSpan& t, int row, int /*lane*/) { return t.q0 + row; }
+    static index_t key(const TileSpan& t, int /*row*/, int lane) { return t.k0 + lane; }
+    static Reg query_stat(const Acc* stat, int row, int /*lane*/) { return V::set1(stat[row]); }
+    template <class Mask>
+    static constexpr bool by_ranges = has_key_range<Mask>::value;
+    template <class Mask>
+    static RowSpan kept_lanes(const Mask& mask, const TileSpan& t, int row) {
+      if (!t.partial) return {0, t.cols};
+      const index_t i = t.q0 + row;
+      const index_t first = std::clamp<index_t>(std::max(t.lo, mask.lowest_key(i)) - t.k0, 0, t.cols);
+      return {first, std::clamp<index_t>(std::min(t.hi, mask.highest_key(i) + 1) - t.k0, first, t.cols)};
+    }
+  };
+
+  // S -> P and dP -> dS = P ∘ (dP − D) [∘ G], on a tile of either layout, for its first `tile_rows` rows.
+  template <class Layout, bool kScoreGrad>
+  static void probabilities_and_ds(Acc* s, Acc* dp, const Acc* g, int tile_rows, Acc score_scale, const Acc* delta,
+                                   const Acc* neg_lse) {
     const Reg scale = V::set1(score_scale);
-    for (int i = 0; i < BlockQ; i += W) {
-      const Reg shift = V::load(neg_lse + i);
-      const Reg dl = V::load(delta + i);
-      for (int j = 0; j < cols; ++j) {
-        const int at = j * BlockQ + i;
-        const Reg pr = probability(V::load(st + at), scale, shift);
-        Reg ds = V::mul(pr, V::sub(V::load(dpt + at), dl));
-        if constexpr (kScoreGrad) ds = V::mul(ds, V::load(gt + at));
-        V::store(st + at, pr);
-        V::store(dpt + at, ds);
+    for (int r = 0; r < tile_rows; ++r) {
+      for (int l = 0; l < Layout::Lanes; l += W) {
+        const int at = r * Layout::Lanes + l;
+        const Reg pr = probability(V::load(s + at), scale, Layout::query_stat(neg_lse, r, l));
+        Reg ds = V::mul(pr, V::sub(V::load(dp + at), Layout::query_stat(delta, r, l)));
+        if constexpr (kScoreGrad) ds = V::mul(ds, V::load(g + at));
+        V::store(s + at, pr);
+        V::store(dp + at, ds);
       }
     }
   }
 
-  // S (rows, BlockKV) -> P and dP -> dS, row by row: the row's −LSE and D are broadcasts.
-  template <bool kScoreGrad>
-  static void probabilities_and_ds_rows(Acc* s, Acc* dp, const Acc* g, int rows, Acc score_scale, const Acc* delta,
-                                        const Acc* neg_lse) {
-    const Reg scale = V::set1(score_scale);
-    for (int i = 0; i < rows; ++i) {
-      const Reg shift = V::set1(neg_lse[i]);
-      const Reg dl = V::set1(delta[i]);
-      Acc* s_row = s + i * BlockKV;
-      Acc* dp_row = dp + i * BlockKV;
-      const Acc* g_row = g + i * BlockKV;
-      for (int j = 0; j < BlockKV; j += W) {
-        const Reg pr = probability(V::load(s_row + j), scale, shift);
-        Reg ds = V::mul(pr, V::sub(V::load(dp_row + j), dl));
-        if constexpr (kScoreGrad) ds = V::mul(ds, V::load(g_row + j));
-        V::store(s_row + j, pr);
-        V::store(dp_row + j, ds);
-      }
-    }
-  }
-
-  // Partial or score-modified tiles of the dQ program, on Sᵀ (cols, BlockQ): masked scores become −inf
-  // (P exactly 0) with gradient factor 0; kept ones get the modifier (natural units) and its derivative.
-  // A mask that names each key's interval of queries (has_query_range) is applied by ranges, as in the
-  // forward's apply_mask: a row of Sᵀ is one key, its masked part a prefix and a suffix.
-  template <class Mask>
-  static void mask_transposed(Acc* st, Acc* gt, const Mask& mask, Acc scale, index_t q0, int rows, index_t k0,
-                              int cols) {
-    if constexpr (has_query_range<Mask>::value && !modifies_scores_v<Mask>) {
-      for (int j = 0; j < cols; ++j) {
-        const RowSpan kept = rows_keeping_key(mask, k0 + j, q0, rows);
-        mask_outside(st + j * BlockQ, kept.first, kept.last, rows);
-      }
-      return;
-    }
-    for (int j = 0; j < cols; ++j) {
-      Acc* s_row = st + j * BlockQ;
-      Acc* g_row = gt + j * BlockQ;
-      for (int i = 0; i < rows; ++i)
-        modify(s_row[i], g_row[i], mask, scale, mask.keep(q0 + i, k0 + j), q0 + i, k0 + j);
-    }
-  }
-
-  // The same for S (rows, BlockKV) of the dK/dV program. Keys outside [lo, hi) are masked (the forward
-  // never visited them for this query block), and so are the padding columns of a tail key block, so
-  // that nothing but exact zeros reaches the discarded lanes.
-  // A mask that names each query's interval of keys (has_key_range) is applied by ranges.
-  template <class Mask>
-  static void mask_rows(Acc* s, Acc* g, const Mask& mask, Acc scale, bool partial, index_t q0, int rows, index_t k0,
-                        int cols, index_t lo, index_t hi) {
-    if constexpr (has_key_range<Mask>::value && !modifies_scores_v<Mask>) {
-      for (int i = 0; i < rows; ++i) {
-        Acc* s_row = s + i * BlockKV;
-        index_t first = 0, last = cols;  // the kept columns
-        if (partial) {
-          first = std::clamp<index_t>(std::max(lo, mask.lowest_key(q0 + i)) - k0, 0, cols);
-          last = std::clamp<index_t>(std::min(hi, mask.highest_key(q0 + i) + 1) - k0, first, cols);
+  // Partial or score-modified tiles, of either layout: masked scores become −inf (P exactly 0) with
+  // gradient factor 0, and so do keys outside [lo, hi); kept ones get the modifier (natural units) and
+  // its derivative. A keep-mask that names the layout's intervals (Layout::by_ranges) is applied by
+  // ranges, as the forward's apply_mask: the masked part of a tile row is a prefix and a suffix. Lanes
+  // past the tile's last key (KeyLanes' padding columns) are masked too, so that nothing but exact
+  // zeros reaches the discarded lanes; past its last query (QueryLanes' padding rows) −LSE = −inf does
+  // that.
+  template <class Layout, class Mask>
+  static void mask_tile(Acc* s, Acc* g, const Mask& mask, Acc scale, const TileSpan& t) {
+    const int lanes = Layout::lanes_used(t);
+    for (int r = 0; r < Layout::tile_rows(t); ++r) {
+      Acc* s_row = s + r * Layout::Lanes;
+      if constexpr (Layout::template by_ranges<Mask> && !modifies_scores_v<Mask>) {
+        const RowSpan kept = Layout::kept_lanes(mask, t, r);
+        mask_outside(s_row, kept.first, kept.last, lanes);
+      } else {
+        Acc* g_row = g + r * Layout::Lanes;
+        for (int l = 0; l < lanes; ++l) {
+          const index_t i = Layout::query(t, r, l), j = Layout::key(t, r, l);
+          const bool keep = !t.partial || (j >= t.lo && j < t.hi && mask.keep(i, j));
+          modify(s_row[l], g_row[l], mask, scale, keep, i, j);
         }
-        mask_outside(s_row, first, last, cols);
-        std::fill(s_row + cols, s_row + BlockKV, -kInf);
       }
-      return;
-    }
-    for (int i = 0; i < rows; ++i) {
-      Acc* s_row = s + i * BlockKV;
-      Acc* g_row = g + i * BlockKV;
-      for (int j = 0; j < cols; ++j) {
-        const index_t key = k0 + j;
-        const bool keep = !partial || (key >= lo && key < hi && mask.keep(q0 + i, key));
-        modify(s_row[j], g_row[j], mask, scale, keep, q0 + i, key);
-      }
-      for (int j = cols; j < BlockKV; ++j) s_row[j] = -kInf;
+      if constexpr (std::is_same_v<Layout, KeyLanes>) std::fill(s_row + lanes, s_row + Layout::Lanes, -kInf);
     }
   }
 
   // Scores [0, lo) and [hi, n) of a row masked (−inf). Only for keep-masks, whose gradient factors are
-  // never read (probabilities_and_ds_* use them under a score modifier only).
+  // never read (probabilities_and_ds uses them under a score modifier only).
   static void mask_outside(Acc* s, index_t lo, index_t hi, index_t n) {
     std::fill(s, s + lo, -kInf);
     std::fill(s + hi, s + n, -kInf);
