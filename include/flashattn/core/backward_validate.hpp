@@ -1,6 +1,7 @@
 #pragma once
 // Checks every argument of a backward call before any work starts, in the forward's style
-// (validate.hpp, forward_validate.hpp): flashattn::InvalidArgument with a message that names the argument and its values.
+// (validate.hpp, forward_validate.hpp): flashattn::InvalidArgument with a message that names the argument
+// and its values.
 
 #include <algorithm>
 #include <array>

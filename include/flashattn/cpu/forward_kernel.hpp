@@ -204,8 +204,8 @@ class ForwardKernel {
   // into its kept slot (`keep`, within budget), or else read in place or staged into `stage` for this
   // block only. stage(dst, copy) stages into dst; copy: never return the rows in place.
   template <class Stage, class Accounting>
-  static StagedTile tile(Scratch& s, typename TileCache::Matrix m, bool keep, index_t t, typename Ops::StagedElem* stage,
-                     int cols, int d, Accounting& acct, Stage&& stage_fn) {
+  static StagedTile tile(Scratch& s, typename TileCache::Matrix m, bool keep, index_t t,
+                         typename Ops::StagedElem* stage, int cols, int d, Accounting& acct, Stage&& stage_fn) {
     if (keep) {
       const StagedTile kept = s.tile_cache().get(m, t, [&](typename Ops::StagedElem* slot) {
         acct.write(Traffic::StagedTiles, index_t(cols) * d * index_t(sizeof(typename Ops::StagedElem)));
