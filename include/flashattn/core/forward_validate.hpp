@@ -1,7 +1,7 @@
 #pragma once
 // Checks every argument of a forward call before any work starts (validate.hpp's checks), and resolves the
 // call into the parameters every backend takes. Limits of a backend's own (the CPU's largest head dim) are
-// checked by that backend's dispatch.
+// checked by that backend's validate_context (cpu/context.hpp), which the entry points call next.
 
 #include <string>
 

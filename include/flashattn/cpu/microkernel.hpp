@@ -1,7 +1,7 @@
 #pragma once
 // The register-blocked skeleton of the two tile GEMMs, written once and parameterised by its dot step:
 // the FMA step (microkernel_fma.hpp: one fp32 or fp64 multiply-add per lane) and the bf16 dot step
-// (tile_ops_bf16.hpp: vdpbf16ps, a pair of bf16 products per lane). The AMX kernels (tile_ops_amx.hpp)
+// (bf16_pairs.hpp: vdpbf16ps, a pair of bf16 products per lane). The AMX kernels (tile_ops_amx.hpp)
 // block whole 16 × 16 tiles in the tile unit's registers instead, and keep their own loop.
 //
 // In the transposed layout (tile_ops.hpp) the packet operand holds `Lanes` rows in packets of W lanes and
