@@ -332,6 +332,13 @@ class BackwardKernel {
   static void refine_lse(const BackwardParams<T>& p, const Mask& mask, index_t b, index_t h_kv, index_t q0, int rows,
                          int d, index_t kv_begin, index_t kv_end, DqScratch& s) {
     alignas(64) Acc sums[BlockQ] = {};
+    // A sink (core/variants.hpp) is one more term of every row's sum: exp(sink − LSE).
+    if constexpr (has_sink_v<Mask>) {
+      for (int i = 0; i < rows; ++i) {
+        const Acc neg_lse = s.neg_lse()[i];
+        if (neg_lse != -kInf) sums[i] = std::exp(Acc(mask.sink_logit()) + neg_lse);
+      }
+    }
     const index_t q1 = q0 + rows;
     const Reg scale = V::set1(score_scale<Mask>(p));
     for (index_t k0 = kv_begin; k0 < kv_end; k0 += BlockKV) {
