@@ -8,6 +8,8 @@
 #include <string>
 #include <type_traits>
 
+#include "flashattn/core/options.hpp"
+#include "flashattn/cpu/context.hpp"
 #include "flashattn/forward.hpp"
 
 namespace flashattn {
@@ -21,10 +23,11 @@ TensorView<T> single_head_view(T* data, index_t seq, index_t dim, index_t row_st
   return {data, 1, seq, 1, dim, seq * row_stride, row_stride, dim, 1};
 }
 
-// o = softmax(scale · q · kᵀ [+ mask]) · v. q, o: (seq_q, d); k, v: (seq_k, d).
-template <class DQ, class DK, class DV, class DO>
-void attention(const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k, const Eigen::MatrixBase<DV>& v,
-               const Eigen::MatrixBase<DO>& o_out, const AttentionOptions& options = {}) {
+// o = softmax(scale · q · kᵀ [+ mask]) · v. q, o: (seq_q, d); k, v: (seq_k, d). ctx: the backend context
+// (cpu::Context<>{threads}, as for attention_forward); the overloads without one run on cpu::Context<>.
+template <class Context, class DQ, class DK, class DV, class DO, class = detail::if_context<Context>>
+void attention(const Context& ctx, const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k,
+               const Eigen::MatrixBase<DV>& v, const Eigen::MatrixBase<DO>& o_out, const AttentionOptions& options = {}) {
   using T = typename DQ::Scalar;
   static_assert(std::is_same_v<typename DK::Scalar, T> && std::is_same_v<typename DV::Scalar, T> &&
                     std::is_same_v<typename DO::Scalar, T>,
@@ -39,17 +42,30 @@ void attention(const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k, c
   const auto view = [](const auto& m) {
     return single_head_view<const T>(m.data(), m.rows(), m.cols(), m.outerStride());
   };
-  attention_forward<T>(view(qr), view(kr), view(vr),
-                                  single_head_view<T>(o.data(), o.rows(), o.cols(), o.outerStride()), options);
+  attention_forward<Context, T>(ctx, view(qr), view(kr), view(vr),
+                                single_head_view<T>(o.data(), o.rows(), o.cols(), o.outerStride()), options);
+}
+
+template <class DQ, class DK, class DV, class DO>
+void attention(const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k, const Eigen::MatrixBase<DV>& v,
+               const Eigen::MatrixBase<DO>& o_out, const AttentionOptions& options = {}) {
+  attention(cpu::Context<>{}, q, k, v, o_out, options);
 }
 
 // As above, returning a new (seq_q, d) matrix.
+template <class Context, class DQ, class DK, class DV, class = detail::if_context<Context>>
+RowMajorMatrix<typename DQ::Scalar> attention(const Context& ctx, const Eigen::MatrixBase<DQ>& q,
+                                              const Eigen::MatrixBase<DK>& k, const Eigen::MatrixBase<DV>& v,
+                                              const AttentionOptions& options = {}) {
+  RowMajorMatrix<typename DQ::Scalar> o(q.rows(), q.cols());
+  attention(ctx, q, k, v, o, options);
+  return o;
+}
+
 template <class DQ, class DK, class DV>
 RowMajorMatrix<typename DQ::Scalar> attention(const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k,
                                               const Eigen::MatrixBase<DV>& v, const AttentionOptions& options = {}) {
-  RowMajorMatrix<typename DQ::Scalar> o(q.rows(), q.cols());
-  attention(q, k, v, o, options);
-  return o;
+  return attention(cpu::Context<>{}, q, k, v, options);
 }
 
 }  // namespace flashattn
