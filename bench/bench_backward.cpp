@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "flashattn/flashattn.hpp"
-#include "flashattn/naive_backward.hpp"
+#include "flashattn/reference/naive_backward.hpp"
 #include "references.hpp"
 
 namespace {
@@ -57,11 +57,12 @@ struct Problem {
   flashattn::TensorView<T> out(std::vector<T>& x) { return flashattn::bshd(x.data(), 1, n, h, d); }
   flashattn::LseView lse_view() { return flashattn::lse_bhs(lse.data(), 1, h, n); }
 
-  void forward(const flashattn::AttentionOptions& opts) {
-    flashattn::attention_forward(in(q), in(k), in(v), out(o), opts, lse_view());
+  void forward(const flashattn::cpu::Context<>& ctx, const flashattn::AttentionOptions& opts) {
+    flashattn::attention_forward(ctx, in(q), in(k), in(v), out(o), opts, lse_view());
   }
-  void backward(const flashattn::AttentionOptions& opts) {
-    flashattn::attention_backward(in(q), in(k), in(v), in(o), in(d_o), lse_view(), out(dq), out(dk), out(dv), opts);
+  void backward(const flashattn::cpu::Context<>& ctx, const flashattn::AttentionOptions& opts) {
+    flashattn::attention_backward(ctx, in(q), in(k), in(v), in(o), in(d_o), lse_view(), out(dq), out(dk), out(dv),
+                                  opts);
   }
   void naive_backward(const flashattn::AttentionOptions& opts) {
     flashattn::naive_attention_backward<T>(in(q), in(k), in(v), in(o), in(d_o), lse_view(), out(dq), out(dk),
@@ -98,13 +99,13 @@ void bm_fwd_bwd(benchmark::State& state) {
   Problem<T> p(n, d, heads_for(n));
   flashattn::AttentionOptions opts;
   opts.causal = causal;
-  opts.num_threads = threads;
-  p.forward(opts);  // warm-up
-  p.backward(opts);
+  const flashattn::cpu::Context<> ctx{threads};
+  p.forward(ctx, opts);  // warm-up
+  p.backward(ctx, opts);
   double fwd_sec = 0, bwd_sec = 0;
   for (auto _ : state) {
-    const double f = time_call(threads, [&] { p.forward(opts); });
-    const double b = time_call(threads, [&] { p.backward(opts); });
+    const double f = time_call(threads, [&] { p.forward(ctx, opts); });
+    const double b = time_call(threads, [&] { p.backward(ctx, opts); });
     benchmark::DoNotOptimize(p.dq.data());
     fwd_sec += f;
     bwd_sec += b;
@@ -128,14 +129,14 @@ void bm_naive_bwd(benchmark::State& state) {
   Problem<T> p(n, d, heads_for(n));
   flashattn::AttentionOptions opts;
   opts.causal = causal;
-  opts.num_threads = threads;
-  p.forward(opts);
+  const flashattn::cpu::Context<> ctx{threads};
+  p.forward(ctx, opts);
   p.naive_backward(opts);  // warm-up
-  p.backward(opts);
+  p.backward(ctx, opts);
   double naive_sec = 0, tiled_sec = 0;
   for (auto _ : state) {
     const double a = time_call(threads, [&] { p.naive_backward(opts); });
-    const double b = time_call(threads, [&] { p.backward(opts); });
+    const double b = time_call(threads, [&] { p.backward(ctx, opts); });
     benchmark::DoNotOptimize(p.dq.data());
     naive_sec += a;
     tiled_sec += b;

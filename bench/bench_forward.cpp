@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "flashattn/flashattn.hpp"
-#include "flashattn/naive.hpp"
+#include "flashattn/reference/naive_forward.hpp"
 #include "references.hpp"
 
 namespace {
@@ -111,8 +111,8 @@ void bm_tiled(benchmark::State& state) {
   Problem<T> p(n, d, heads_for(n));
   flashattn::AttentionOptions opts;
   opts.causal = causal;
-  opts.num_threads = threads;
-  auto call = [&] { flashattn::attention_forward(p.view(p.q), p.view(p.k), p.view(p.v), p.out(), opts); };
+  const flashattn::cpu::Context<> ctx{threads};
+  auto call = [&] { flashattn::attention_forward(ctx, p.view(p.q), p.view(p.k), p.view(p.v), p.out(), opts); };
   call();  // warm-up
   flashattn::cpu::reset_scratch_peak();
   const double sec = timed_iterations(state, threads, call);
@@ -164,8 +164,7 @@ void bm_thread_scaling(benchmark::State& state) {
   flashattn::AttentionOptions opts;
   opts.causal = causal;
   auto call = [&](int t) {
-    opts.num_threads = t;
-    flashattn::attention_forward(p.view(p.q), p.view(p.k), p.view(p.v), p.out(), opts);
+    flashattn::attention_forward(flashattn::cpu::Context<>{t}, p.view(p.q), p.view(p.k), p.view(p.v), p.out(), opts);
   };
   const auto [one, many] = alternated_medians(state, flashattn::bench::RateClock(threads), [&] { call(1); },
                                               [&] { call(threads); });
@@ -184,11 +183,11 @@ void bm_dtype_vs_fp32(benchmark::State& state) {
   Problem<T> pt(n, d, heads_for(n));
   flashattn::AttentionOptions opts;
   opts.causal = causal;
-  opts.num_threads = 1;
+  const flashattn::cpu::Context<> one{1};
   const auto [tf, tt] = alternated_medians(
       state, flashattn::bench::RateClock(1),
-      [&] { flashattn::attention_forward(pf.view(pf.q), pf.view(pf.k), pf.view(pf.v), pf.out(), opts); },
-      [&] { flashattn::attention_forward(pt.view(pt.q), pt.view(pt.k), pt.view(pt.v), pt.out(), opts); });
+      [&] { flashattn::attention_forward(one, pf.view(pf.q), pf.view(pf.k), pf.view(pf.v), pf.out(), opts); },
+      [&] { flashattn::attention_forward(one, pt.view(pt.q), pt.view(pt.k), pt.view(pt.v), pt.out(), opts); });
   state.counters["GFLOP/s_fp32"] = attention_flops(pf, causal) / tf * 1e-9;
   state.counters["GFLOP/s_16bit"] = attention_flops(pf, causal) / tt * 1e-9;
   state.counters["x_fp32"] = tf / tt;
@@ -200,12 +199,12 @@ void bm_causal_vs_full(benchmark::State& state) {
   const index_t n = state.range(0), d = state.range(1);
   Problem<float> p(n, d, heads_for(n));
   flashattn::AttentionOptions full, causal;
-  full.num_threads = causal.num_threads = 1;
   causal.causal = true;
+  const flashattn::cpu::Context<> one{1};
   const auto [t_full, t_causal] = alternated_medians(
       state, flashattn::bench::RateClock(1),
-      [&] { flashattn::attention_forward(p.view(p.q), p.view(p.k), p.view(p.v), p.out(), full); },
-      [&] { flashattn::attention_forward(p.view(p.q), p.view(p.k), p.view(p.v), p.out(), causal); });
+      [&] { flashattn::attention_forward(one, p.view(p.q), p.view(p.k), p.view(p.v), p.out(), full); },
+      [&] { flashattn::attention_forward(one, p.view(p.q), p.view(p.k), p.view(p.v), p.out(), causal); });
   state.counters["GFLOP/s_full"] = attention_flops(p, false) / t_full * 1e-9;
   state.counters["GFLOP/s_causal"] = attention_flops(p, true) / t_causal * 1e-9;
   state.counters["x_full"] = (attention_flops(p, true) / t_causal) / (attention_flops(p, false) / t_full);
@@ -219,11 +218,11 @@ void bm_tiled_vs_sgemm(benchmark::State& state) {
   const index_t n = state.range(0), d = state.range(1);
   Problem<float> p(n, d, heads_for(n));
   flashattn::AttentionOptions opts;
-  opts.num_threads = 1;
+  const flashattn::cpu::Context<> one{1};
   flashattn::bench::OpenblasSgemm sgemm(2048, 2048, 2048, 1);
   const auto [t_tiled, t_sgemm] = alternated_medians(
       state, flashattn::bench::RateClock(1),
-      [&] { flashattn::attention_forward(p.view(p.q), p.view(p.k), p.view(p.v), p.out(), opts); },
+      [&] { flashattn::attention_forward(one, p.view(p.q), p.view(p.k), p.view(p.v), p.out(), opts); },
       [&] { sgemm(); });
   state.counters["GFLOP/s_tiled"] = attention_flops(p, false) / t_tiled * 1e-9;
   state.counters["GFLOP/s_sgemm"] = sgemm.flops() / t_sgemm * 1e-9;

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "flashattn/flashattn.hpp"
-#include "flashattn/naive.hpp"
+#include "flashattn/reference/naive_forward.hpp"
 #include "io_heap.hpp"
 #include "io_model.hpp"
 #include "io_naive.hpp"
@@ -94,9 +94,7 @@ struct OneHead {
   std::int64_t m;
   io::TileChoice choice;
   OneHead(index_t n, index_t d, std::int64_t m_bytes)
-      : in(n, d), shape(shape_of(n, d)), m(m_bytes), choice(io::select_tiles(m_bytes, d, sizeof(float))) {
-    opts.num_threads = 1;
-  }
+      : in(n, d), shape(shape_of(n, d)), m(m_bytes), choice(io::select_tiles(m_bytes, d, sizeof(float))) {}
   static OneHead with_m(const benchmark::State& state) {
     return OneHead(state.range(0), state.range(1), state.range(2) * 1024);
   }
@@ -130,7 +128,7 @@ void bm_tiled(benchmark::State& state) {
             [&](auto&& acct) {
               const auto q = h.in.view(h.in.q), k = h.in.view(h.in.k), v = h.in.view(h.in.v);
               if constexpr (Api)
-                flashattn::attention_forward<Tiles>(q, k, v, h.in.out(), h.opts, {}, acct);
+                flashattn::attention_forward(flashattn::cpu::Context<Tiles>{1}, q, k, v, h.in.out(), h.opts, {}, acct);
               else
                 io::tiled_forward_unsplit<Tiles, float>(q, k, v, h.in.out(), h.opts, {}, acct);
               benchmark::DoNotOptimize(h.in.o.data());

@@ -4,7 +4,7 @@
 # build and torch shape by shape. For trying a kernel change on a machine too noisy for separate runs.
 # DEFINES come before the repository's -Iinclude, so "-Isome/other/include" builds another version of the
 # headers (e.g. `git archive HEAD include | tar -x -C ab_base` for "base:-Iab_base/include").
-#   bash bench/device_variants.sh "base:" "prefetch:-DFLASHATTN_PREFETCH=1" "nocache:-DFLASHATTN_KV_CACHE_BYTES=0"
+#   bash bench/device_variants.sh "base:" "prefetch:-DFLASHATTN_PREFETCH=1" "nocache:-DFLASHATTN_STAGED_TILE_CACHE_BYTES=0"
 # Environment: THREADS (default 1), PIN (taskset core list; default 3 with one thread, none otherwise), LAYOUTS,
 # NS, DS, CAUSAL, DTYPES, ROUNDS, REPS (compare_torch.py's options).
 set -euo pipefail

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "flashattn/flashattn.hpp"
-#include "flashattn/naive.hpp"
+#include "flashattn/reference/naive_forward.hpp"
 #include "io_model.hpp"
 #include "io_naive.hpp"
 #include "io_tiled.hpp"
@@ -86,7 +86,6 @@ int main(int argc, char** argv) {
   const auto view = [&](const std::vector<float>& x) { return flashattn::bshd(x.data(), 1, n, 1, d); };
   const auto out = flashattn::bshd(o.data(), 1, n, 1, d);
   flashattn::AttentionOptions opts;
-  opts.num_threads = 1;
   flashattn::ByteCounter counter;
 
   // D1 as given to cachegrind by bench/io_sweep.py; L2 = L3 = the simulated LL.
@@ -102,7 +101,8 @@ int main(int argc, char** argv) {
     });
   } else if (path == "api") {
     io::with_tiles<ApiTiles>(tiles, [&](auto config) {
-      flashattn::attention_forward<decltype(config)>(view(q), view(k), view(v), out, opts, {}, counter);
+      flashattn::attention_forward(flashattn::cpu::Context<decltype(config)>{1}, view(q), view(k), view(v), out, opts,
+                                   {}, counter);
     });
   }
 

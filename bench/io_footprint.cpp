@@ -87,12 +87,12 @@ int main(int argc, char** argv) {
 
   flashattn::AttentionOptions opts;
   opts.causal = causal;
-  opts.num_threads = threads;
+  const flashattn::cpu::Context<> ctx{threads};
   const std::int64_t rss_before = proc_status_bytes("VmRSS");
   flashattn::cpu::reset_scratch_peak();
   const auto t0 = std::chrono::steady_clock::now();
   const std::int64_t heap_peak = flashattn::bench::heap_peak_during([&] {
-    flashattn::attention_forward(flashattn::bshd<const float>(q.data(), 1, n, 1, d),
+    flashattn::attention_forward(ctx, flashattn::bshd<const float>(q.data(), 1, n, 1, d),
                                  flashattn::bshd<const float>(k.data(), 1, n, 1, d),
                                  flashattn::bshd<const float>(v.data(), 1, n, 1, d), flashattn::bshd(o.data(), 1, n, 1, d),
                                  opts, flashattn::lse_bhs(lse.data(), 1, 1, n));

@@ -26,7 +26,7 @@
 #include <utility>
 
 #include "flashattn/cpu/tiles.hpp"
-#include "flashattn/views.hpp"
+#include "flashattn/core/views.hpp"
 
 namespace flashattn::bench::io {
 
@@ -42,8 +42,8 @@ inline index_t ceil_div(index_t a, index_t b) { return (a + b - 1) / b; }
 
 // ---- exact counts (what the Accounting policies see) --------------------------------------------------
 
-// Naive (naive.hpp): Q, K, V read once, O written once, and the (seq_q × seq_k) matrix in main memory:
-// S written and read, P written and read. Θ(N·d + N²).
+// Naive (reference/naive_forward.hpp): Q, K, V read once, O written once, and the (seq_q × seq_k) matrix in
+// main memory: S written and read, P written and read. Θ(N·d + N²).
 inline std::int64_t naive_bytes(const Shape& s) {
   const index_t qkvo = (2 * s.seq_q + 2 * s.seq_k) * s.dim * s.elem;
   return qkvo + 4 * s.seq_q * s.seq_k * s.acc_elem + (s.lse ? s.seq_q * 4 : 0);

@@ -12,10 +12,11 @@
 // known exactly: io::naive_blocked_bytes = io::tiled_bytes + 4·seq_q·seq_k·e (S written, read; P written,
 // read), which is what the accounting policy sees and what cachegrind should measure.
 //
-// Why not naive_attention_forward (include/flashattn/naive.hpp)? It is the same algorithm with whole-matrix
-// Eigen GEMMs, which block for a hard-coded 1.5 MB L2 (Eigen 3.4's computeProductBlockingSizes ignores
-// setCpuCacheSizes for that), so at a simulated M below that its packed panels are re-streamed and the
-// traffic depends on Eigen's internals, not on the algorithm. Both are measured; docs/io.md compares them.
+// Why not naive_attention_forward (include/flashattn/reference/naive_forward.hpp)? It is the same algorithm
+// with whole-matrix Eigen GEMMs, which block for a hard-coded 1.5 MB L2 (Eigen 3.4's
+// computeProductBlockingSizes ignores setCpuCacheSizes for that), so at a simulated M below that its packed
+// panels are re-streamed and the traffic depends on Eigen's internals, not on the algorithm. Both are
+// measured; docs/io.md compares them.
 //
 // fp32 storage, no masks, no LSE: what the IO sweep runs.
 
@@ -26,10 +27,10 @@
 #include <memory>
 #include <stdexcept>
 
-#include "flashattn/accounting.hpp"
-#include "flashattn/options.hpp"
-#include "flashattn/validate.hpp"
-#include "flashattn/views.hpp"
+#include "flashattn/core/forward_validate.hpp"
+#include "flashattn/core/options.hpp"
+#include "flashattn/core/views.hpp"
+#include "flashattn/instrument/accounting.hpp"
 
 namespace flashattn::bench::io {
 

@@ -10,12 +10,15 @@
 // partial outputs; it trades traffic for parallelism, which is not what the IO law is about. The split-KV
 // traffic is measured separately ("api" in bench/io_sweep.py) and discussed in docs/io.md.
 
-#include "flashattn/accounting.hpp"
+#include "flashattn/core/forward_validate.hpp"
+#include "flashattn/core/masks.hpp"
+#include "flashattn/core/options.hpp"
+#include "flashattn/core/sequence.hpp"
+#include "flashattn/core/variants.hpp"
+#include "flashattn/core/views.hpp"
+#include "flashattn/cpu/context.hpp"
 #include "flashattn/cpu/forward_kernel.hpp"
-#include "flashattn/masks.hpp"
-#include "flashattn/options.hpp"
-#include "flashattn/validate.hpp"
-#include "flashattn/views.hpp"
+#include "flashattn/instrument/accounting.hpp"
 
 namespace flashattn::bench::io {
 
@@ -23,17 +26,20 @@ namespace detail {
 template <class T, class TileConfig, int HeadDim, class Mask, class Accounting>
 void run_programs(const ForwardParams<T>& p, const Mask& mask, Accounting& acct) {
   using Kernel = cpu::ForwardKernel<T, TileConfig, HeadDim>;
-  typename Kernel::Scratch scratch(int(p.q.dim));
-  const index_t q_blocks = (p.q.seq + Kernel::BlockQ - 1) / Kernel::BlockQ;
-  for (index_t b = 0; b < p.q.batch; ++b)
-    for (index_t h = 0; h < p.q.heads; ++h)
+  typename Kernel::Scratch scratch(int(p.head_dim()));
+  for (index_t b = 0; b < p.batch(); ++b)
+    for (index_t h = 0; h < p.heads(); ++h) {
+      const SequenceInfo seq = sequence_info(p.seqs, b, h);
+      const auto policy = policy_for(mask, seq);
+      const index_t q_blocks = (seq.seq_q + Kernel::BlockQ - 1) / Kernel::BlockQ;
       for (index_t blk = q_blocks - 1; blk >= 0; --blk)  // the backend's order: last (heaviest) block first
-        Kernel::run(p, mask_for_head(mask, b, h), b, h, blk * Kernel::BlockQ, scratch, acct);
+        Kernel::run(p, policy, seq, blk * Kernel::BlockQ, scratch, acct);
+    }
 }
 
 template <class T, class TileConfig, class Mask, class Accounting>
 void run_head_dim(const ForwardParams<T>& p, const Mask& mask, Accounting& acct) {
-  switch (p.q.dim) {
+  switch (p.head_dim()) {
     case 64:
       return run_programs<T, TileConfig, 64>(p, mask, acct);
     case 128:
@@ -44,18 +50,16 @@ void run_head_dim(const ForwardParams<T>& p, const Mask& mask, Accounting& acct)
 }
 }  // namespace detail
 
-// Like attention_forward<TileConfig>(q, k, v, o, options, lse, acct) on one thread, never splitting the keys.
-// Supports options.causal and the sliding window (BandMask), as the public API does.
+// Like attention_forward(cpu::Context<TileConfig>{1}, q, k, v, o, options, lse, acct), never splitting the
+// keys. Supports options.causal and the sliding window (BandMask), with the masks the public API builds
+// from the options (core/masks.hpp's with_options_mask).
 template <class TileConfig, class T, class Accounting = NoAccounting>
 void tiled_forward_unsplit(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v, TensorView<T> o,
                            const AttentionOptions& options = {}, LseView lse = {}, Accounting&& acct = Accounting{}) {
   const ForwardParams<T> p = make_forward_params<T>(q, k, v, o, lse, options);
-  if (p.q.batch == 0 || p.q.seq == 0) return;
-  if (options.has_window())
-    detail::run_head_dim<T, TileConfig>(
-        p, BandMask::window(p.q.seq, p.k.seq, options.window_left, options.causal ? 0 : options.window_right), acct);
-  else
-    detail::run_head_dim<T, TileConfig>(p, NoMask{p.k.seq}, acct);
+  cpu::validate_context(cpu::Context<TileConfig>{1}, p.head_dim());
+  if (p.batch() == 0 || p.q.seq == 0) return;
+  with_options_mask(options, [&](const auto& mask) { detail::run_head_dim<T, TileConfig>(p, mask, acct); });
 }
 
 }  // namespace flashattn::bench::io

@@ -16,8 +16,8 @@
 
 #include "flashattn/cpu/aligned_buffer.hpp"
 #include "flashattn/cpu/isa.hpp"
+#include "flashattn/cpu/microkernel_fma.hpp"
 #include "flashattn/cpu/online_softmax.hpp"
-#include "flashattn/cpu/tile_ops.hpp"
 
 namespace {
 
@@ -35,7 +35,7 @@ volatile float g_sink;
 
 template <int BQ, int BKV, int D>
 void phases(int reps) {
-  using Ops = flashattn::cpu::TileOps<float, BQ, D, kBestIsa>;
+  using Ops = flashattn::cpu::FmaMicroKernel<float, BQ, D, kBestIsa>;
   using Softmax = flashattn::cpu::OnlineSoftmax<float, BQ, kBestIsa>;
   constexpr std::size_t kd = D, kq = BQ, kkv = BKV;
   AlignedBuffer<float> qt{kd * kq}, ot{kd * kq}, st{kkv * kq}, alpha{kq}, k{kkv * kd}, v{kkv * kd};

@@ -21,7 +21,7 @@ extern "C" void openblas_set_num_threads(int);
 namespace flashattn::bench {
 
 // A clock for rates. One thread: the calling thread's CPU time, where all one-thread work runs (our kernels
-// with num_threads = 1, Eigen and OpenBLAS set to one thread), so that neither work on the other core (these
+// on a one-thread cpu::Context, Eigen and OpenBLAS set to one thread), so that neither work on the other core (these
 // machines are shared) nor idle pool threads of this process count against us or the reference (OpenBLAS's
 // workers spin for a while after start-up: on process CPU time the one-thread FMA peak read ~165 GFLOP/s
 // instead of ~250 on Zen 5). Several threads: wall time, the only honest measure of a parallel speed-up.

@@ -2,7 +2,7 @@
 // time, best of --reps calls each. For choosing DefaultTiles on a new CPU, and for docs/performance.md.
 //   tile_sweep [N=4096] [d=128] [dtype=fp32|bf16|fp16] [causal=0] [reps=3] [heads=2] [layout=bshd|bhsd]
 // Built three times: tile_sweep (as shipped), tile_sweep_prefetch (FLASHATTN_PREFETCH=1) and
-// tile_sweep_nocache (FLASHATTN_KV_CACHE_BYTES=0: every query block stages its K/V tiles again).
+// tile_sweep_nocache (FLASHATTN_STAGED_TILE_CACHE_BYTES=0: every query block stages its K/V tiles again).
 #include <Eigen/Core>
 #include <cstdio>
 #include <cstdlib>
@@ -35,13 +35,13 @@ void sweep_one(index_t n, index_t d, bool causal, int reps, index_t h, bool bhsd
   for (auto* x : {&q, &k, &v})
     for (auto& e : *x) e = T(dist(gen));
   flashattn::AttentionOptions opts;
-  opts.num_threads = 1;
   opts.causal = causal;
+  const flashattn::cpu::Context<flashattn::cpu::Tiles<BQ, BKV, flashattn::cpu::kBestIsa, PQ>> one_thread{1};
   double best = 1e30;
   for (int r = 0; r < reps; ++r) {
     const double t0 = cpu_seconds();
-    flashattn::attention_forward<flashattn::cpu::Tiles<BQ, BKV, flashattn::cpu::kBestIsa, PQ>>(
-        view<const T>(q.data(), n, h, d, bhsd), view<const T>(k.data(), n, h, d, bhsd),
+    flashattn::attention_forward(
+        one_thread, view<const T>(q.data(), n, h, d, bhsd), view<const T>(k.data(), n, h, d, bhsd),
         view<const T>(v.data(), n, h, d, bhsd), view(o.data(), n, h, d, bhsd), opts);
     best = std::min(best, cpu_seconds() - t0);
   }
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
   const bool bhsd = argc > 7 && std::string(argv[7]) == "bhsd";
   std::printf("tile sweep: %s N=%ld d=%ld causal=%d, %ld heads, %s, 1 thread, prefetch=%d, kv_cache=%ld B, isa=%s\n",
               dtype.c_str(), long(n), long(d), int(causal), long(h), bhsd ? "bhsd" : "bshd", FLASHATTN_PREFETCH,
-              long(flashattn::cpu::kKvTileCacheBytes),
+              long(flashattn::cpu::kStagedTileCacheBytes),
               flashattn::cpu::isa_name(flashattn::cpu::kBestIsa));
   if (dtype == "bf16") sweep<Eigen::bfloat16>(n, d, causal, reps, h, bhsd);
   else if (dtype == "fp16") sweep<Eigen::half>(n, d, causal, reps, h, bhsd);

@@ -24,9 +24,9 @@ void forward(void* q, void* k, void* v, void* o, const std::int64_t* shape, cons
              bool causal, int threads) {
   flashattn::AttentionOptions opts;
   opts.causal = causal;
-  opts.num_threads = threads;
+  const flashattn::cpu::Context<> ctx{threads};
   // strides: 4 per tensor, in the order q, k, v, o.
-  flashattn::attention_forward(view<const T>(q, shape, strides), view<const T>(k, shape, strides + 4),
+  flashattn::attention_forward(ctx, view<const T>(q, shape, strides), view<const T>(k, shape, strides + 4),
                                view<const T>(v, shape, strides + 8), view<T>(o, shape, strides + 12), opts);
 }
 

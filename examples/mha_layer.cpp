@@ -7,13 +7,13 @@
 //   Y = A · Wo                             (batch·seq, d_model)
 //
 // The attention is computed twice, by flashattn's tiled kernel and by the naive one (materialised score
-// matrix, flashattn/naive.hpp); the program prints both timings and the max abs error between them, and
-// exits non-zero when the error exceeds the tolerance (it runs as a ctest smoke test).
+// matrix, flashattn/reference/naive_forward.hpp); the program prints both timings and the max abs error
+// between them, and exits non-zero when the error exceeds the tolerance (it runs as a ctest smoke test).
 //
 // Usage: mha_layer [batch seq d_model heads [threads]]    defaults: 4 512 256 8, all hardware threads
 
 #include <flashattn/flashattn.hpp>
-#include <flashattn/naive.hpp>
+#include <flashattn/reference/naive_forward.hpp>
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -68,12 +68,15 @@ struct MhaLayer {
     return flashattn::bshd(a.data(), cfg.batch, cfg.seq, cfg.heads, head_dim());
   }
 
+  // What to compute: causal attention with SDPA's default scale.
   flashattn::AttentionOptions options() const {
     flashattn::AttentionOptions o;
     o.causal = true;
-    o.num_threads = cfg.threads;
     return o;
   }
+
+  // How to run it: the CPU backend on cfg.threads threads (0: every hardware thread), its default tiles.
+  flashattn::cpu::Context<> context() const { return flashattn::cpu::Context<>{cfg.threads}; }
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -130,18 +133,18 @@ int main(int argc, char** argv) {
   const auto q = layer.qkv_view(qkv, 0), k = layer.qkv_view(qkv, 1), v = layer.qkv_view(qkv, 2);
   Matrix a_tiled(x.rows(), cfg.d_model), a_naive(x.rows(), cfg.d_model);
   const flashattn::AttentionOptions options = layer.options();
+  const flashattn::cpu::Context<> context = layer.context();
 
   const int reps = 3;
   const double t_tiled = best_time(reps, [&] {
-    flashattn::attention_forward(q, k, v, layer.out_view(a_tiled), options);
+    flashattn::attention_forward(context, q, k, v, layer.out_view(a_tiled), options);
   });
   // The naive path runs on one thread (Eigen's GEMMs without OpenMP), so the tiled kernel is also timed
   // on one thread: that ratio is the algorithm's, the other adds the threads.
-  flashattn::AttentionOptions one_thread = options;
-  one_thread.num_threads = 1;
+  const flashattn::cpu::Context<> one_thread{1};
   Matrix a_tiled_1(x.rows(), cfg.d_model);
   const double t_tiled_1 = best_time(reps, [&] {
-    flashattn::attention_forward(q, k, v, layer.out_view(a_tiled_1), one_thread);
+    flashattn::attention_forward(one_thread, q, k, v, layer.out_view(a_tiled_1), options);
   });
   const double t_naive = best_time(reps, [&] {
     flashattn::naive_attention_forward<float>(q, k, v, layer.out_view(a_naive), options);

@@ -15,7 +15,7 @@
 // same on every machine with the same instruction set.
 //
 // Exits non-zero if the loss does not fall below a fifth of its starting value, or if flashattn's
-// gradients of Q, K, V differ from those of the naive backward (naive_backward.hpp) at any check.
+// gradients of Q, K, V differ from those of the naive backward (reference/naive_backward.hpp) at any check.
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "flashattn/flashattn.hpp"
-#include "flashattn/naive_backward.hpp"
+#include "flashattn/reference/naive_backward.hpp"
 
 namespace {
 

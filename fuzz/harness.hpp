@@ -9,7 +9,7 @@
 //   invalid call   -> anything but flashattn::InvalidArgument (a std::invalid_argument), or any write to o/lse;
 //   valid call     -> any exception; a write outside the views (padding is filled with a NaN pattern and
 //                     must keep it); a row that keeps no key not exactly 0 with LSE −inf; results that
-//                     differ between num_threads = 1 and 2; and, when no finite intermediate can overflow
+//                     differ between contexts of 1 and 2 threads; and, when no finite intermediate can overflow
 //                     the accumulator, a disagreement with the fp64 reference of tests/reference.hpp:
 //                       finite inputs: every output finite and max|o − ref| <= 2·max|naive − ref| + eps,
 //                       naive = the same-precision reference (FlashAttention's tolerance rule);
@@ -197,6 +197,7 @@ enum class MaskKind { Options, Element, Softcap, SoftcapBand, Alibi, Count };
 struct Problem {
   index_t batch = 1, seq_q = 1, seq_k = 1, heads_q = 1, heads_kv = 1, dim = 1;
   fa::AttentionOptions opts;
+  int threads = 0;  // the backend context's num_threads (cpu::Context)
   MaskKind mask = MaskKind::Options;
   bool band = false;                        // for the score-mod kinds: a band (causal / window) underneath
   index_t band_left = -1, band_right = -1;  // of that band, options' convention (negative = unbounded)
@@ -462,7 +463,7 @@ void check_results(const fa::TensorView<const T>& q,
   const index_t group = q.heads / k.heads;
   for (index_t b = 0; b < q.batch; ++b)
     for (index_t h = 0; h < q.heads; ++h) {
-      const auto m = fa::mask_for_head(ref_mask, b, h);
+      const auto m = fa::policy_for(ref_mask, fa::SequenceInfo{b, h, q.seq, k.seq});
       for (index_t i = 0; i < q.seq; ++i) {
         bool any = false;
         for (index_t j = 0; j < k.seq && !any; ++j) any = m.keep(i, j);
@@ -587,7 +588,8 @@ const char* type_name() {
   else return "bfloat16";
 }
 template <class T, class Tiles>
-using resolved_tiles = std::conditional_t<std::is_same_v<Tiles, fa::AutoTiles>, fa::cpu::DefaultTiles<T>, Tiles>;
+using resolved_tiles =
+    std::conditional_t<std::is_same_v<Tiles, fa::cpu::AutoTiles>, fa::cpu::DefaultTiles<T>, Tiles>;
 template <class T, class Tiles>
 int tile_q() { return resolved_tiles<T, Tiles>::BlockQ; }
 template <class T, class Tiles>
@@ -595,14 +597,18 @@ int tile_kv() { return resolved_tiles<T, Tiles>::BlockKV; }
 template <class T, class Tiles>
 const char* tile_isa() { return fa::cpu::isa_name(resolved_tiles<T, Tiles>::isa); }
 
+// One call on the CPU backend with the tiles `Tiles` and `threads` worker threads (the context's
+// num_threads, 0: the default).
 template <class Tiles, class T, class LibMask>
-void call(const LibMask& lib_mask, const fa::TensorView<const T>& q, const fa::TensorView<const T>& k,
+void call(int threads, const LibMask& lib_mask, const fa::TensorView<const T>& q, const fa::TensorView<const T>& k,
           const fa::TensorView<const T>& v, const fa::TensorView<T>& o, const fa::AttentionOptions& opts,
           const fa::LseView& lse) {
+  using Context = fa::cpu::Context<Tiles>;
+  const Context ctx{threads};
   if constexpr (std::is_same_v<LibMask, std::nullopt_t>) {
-    fa::attention_forward<Tiles, T>(q, k, v, o, opts, lse);
+    fa::attention_forward<Context, T>(ctx, q, k, v, o, opts, lse);
   } else {
-    fa::attention_forward_masked<Tiles, T>(q, k, v, o, lib_mask, opts, lse);
+    fa::attention_forward_masked<Context, T>(ctx, q, k, v, o, lib_mask, opts, lse);
   }
 }
 
@@ -661,7 +667,7 @@ void run(FuzzedDataProvider& fdp) {
     p.band_left = window();
     p.band_right = fdp.ConsumeBool() ? 0 : window();
   }
-  p.opts.num_threads = fdp.ConsumeIntegralInRange(0, 2);
+  p.threads = fdp.ConsumeIntegralInRange(0, 2);
   p.want_lse = fdp.ConsumeBool();
 
   // Layouts and buffers. Everything outside the views holds the poison pattern.
@@ -725,7 +731,7 @@ void run(FuzzedDataProvider& fdp) {
                  (long long)p.seq_q, (long long)p.seq_k, (long long)p.heads_q, (long long)p.heads_kv,
                  (long long)p.dim, int(p.mask), int(p.band), (long long)p.band_left, (long long)p.band_right,
                  p.softcap, p.alibi_base, int(p.opts.causal), (long long)p.opts.window_left,
-                 (long long)p.opts.window_right, p.opts.scale ? *p.opts.scale : -1.0, p.opts.num_threads,
+                 (long long)p.opts.window_right, p.opts.scale ? *p.opts.scale : -1.0, p.threads,
                  int(p.want_lse), int(fused), int(invalid));
     const Tensor<T>* ts[4] = {&bufs.tq, &bufs.tk, &bufs.tv, &bufs.to};
     for (const Tensor<T>* t : ts)
@@ -754,6 +760,7 @@ void run(FuzzedDataProvider& fdp) {
     fa::TensorView<T> co = o;
     fa::LseView clse = lse;
     fa::AttentionOptions copts = p.opts;
+    int cthreads = p.threads;  // the context's num_threads
     bool use_options_mask = p.mask == MaskKind::Options;
     const index_t huge = index_t(1) << 62;
     std::vector<float> lse_guard(7, poison<float>());
@@ -766,7 +773,7 @@ void run(FuzzedDataProvider& fdp) {
         ck.heads = cv.heads = cq.heads + 1;
         break;
       case Corruption::DimMismatch: cv.dim += 1; break;
-      case Corruption::DimTooLarge: cq.dim = ck.dim = cv.dim = co.dim = fa::kMaxHeadDim + 1; break;
+      case Corruption::DimTooLarge: cq.dim = ck.dim = cv.dim = co.dim = fa::cpu::kMaxHeadDim + 1; break;
       case Corruption::ZeroHeads:
         if (fdp.ConsumeBool()) cq.heads = co.heads = 0;
         else ck.heads = cv.heads = 0;  // would divide heads_q by 0 if not caught first
@@ -804,7 +811,7 @@ void run(FuzzedDataProvider& fdp) {
         else if (co.dim > 1) co.stride_dim = 0;
         else if (co.heads > 1) co.stride_head = 0;
         else if (co.batch > 1) co.stride_batch = 0;
-        else copts.num_threads = -1;
+        else cthreads = -1;
         break;
       case Corruption::LseShape:
         // One row too many: written without the check, it runs past lse_guard (ASan would see it).
@@ -828,7 +835,7 @@ void run(FuzzedDataProvider& fdp) {
       }
       case Corruption::LseSelfOverlap:
         if (clse.empty() || (clse.seq <= 1 && clse.heads <= 1 && clse.batch <= 1)) {
-          copts.num_threads = -1;
+          cthreads = -1;
           break;
         }
         if (clse.seq > 1) clse.stride_seq = 0;
@@ -836,7 +843,7 @@ void run(FuzzedDataProvider& fdp) {
         else clse.stride_batch = 0;
         break;
       case Corruption::LseNull: clse = {nullptr, q.batch, q.heads, q.seq, q.heads * q.seq, q.seq, 1}; break;
-      case Corruption::NegativeThreads: copts.num_threads = -1 - fdp.ConsumeIntegralInRange(0, 100); break;
+      case Corruption::NegativeThreads: cthreads = -1 - fdp.ConsumeIntegralInRange(0, 100); break;
       case Corruption::MaskWithWindow:
         if (use_options_mask) {
           copts.scale = std::numeric_limits<double>::quiet_NaN();
@@ -851,7 +858,7 @@ void run(FuzzedDataProvider& fdp) {
         else if (cq.dim > 1) cq.stride_dim = huge;
         else if (cq.heads > 1) cq.stride_head = huge;
         else if (cq.batch > 1) cq.stride_batch = huge;
-        else copts.num_threads = -1;
+        else cthreads = -1;
         break;
       default: copts.scale = 0.0; break;
     }
@@ -860,11 +867,14 @@ void run(FuzzedDataProvider& fdp) {
     bool threw = false;
     try {
       with_masks(p, [&](const auto& lib_mask, const auto& /*ref*/) {
-        call<Tiles, T>(lib_mask, cq, ck, cv, co, copts, clse);
+        call<Tiles, T>(cthreads, lib_mask, cq, ck, cv, co, copts, clse);
       });
     } catch (const fa::InvalidArgument& e) {
       threw = std::strncmp(e.what(), "flashattn: ", 11) == 0 && std::strlen(e.what()) > 20;
       if (!threw) finding("InvalidArgument without a descriptive message");
+      // A negative thread count is then the call's only fault: the message must name it.
+      if (cthreads < 0 && std::strstr(e.what(), "context.num_threads") == nullptr)
+        finding("a negative context.num_threads rejected with a message that does not name it");
     } catch (...) {
       finding("an invalid call threw something other than flashattn::InvalidArgument");
     }
@@ -879,22 +889,21 @@ void run(FuzzedDataProvider& fdp) {
     return;
   }
 
-  // A valid call, twice: with the chosen thread count and with the other one (1 <-> 2).
+  // A valid call, twice: on a context with the chosen thread count and on one with the other (1 <-> 2).
   const std::vector<T> q_before = bufs.q, k_before = bufs.k, v_before = bufs.v;
   with_masks(p, [&](const auto& lib_mask, const auto& ref_mask) {
     try {
-      call<Tiles, T>(lib_mask, q, k, v, o, p.opts, lse);
-      fa::AttentionOptions other = p.opts;
-      other.num_threads = p.opts.num_threads == 1 ? 2 : 1;
-      call<Tiles, T>(lib_mask, q, k, v, bufs.to2.view(), other, bufs.lse_view(bufs.lse2));
+      call<Tiles, T>(p.threads, lib_mask, q, k, v, o, p.opts, lse);
+      const int other_threads = p.threads == 1 ? 2 : 1;
+      call<Tiles, T>(other_threads, lib_mask, q, k, v, bufs.to2.view(), p.opts, bufs.lse_view(bufs.lse2));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "exception: %s\n", e.what());
       finding("a valid call threw");
     }
     for (std::size_t i = 0; i < bufs.o.size(); ++i)
-      FUZZ_CHECK(same_bits(bufs.o[i], bufs.o2[i]), "results differ between num_threads = 1 and 2");
+      FUZZ_CHECK(same_bits(bufs.o[i], bufs.o2[i]), "results differ between context.num_threads = 1 and 2");
     for (std::size_t i = 0; i < bufs.lse.size(); ++i)
-      FUZZ_CHECK(same_bits(bufs.lse[i], bufs.lse2[i]), "LSE differs between num_threads = 1 and 2");
+      FUZZ_CHECK(same_bits(bufs.lse[i], bufs.lse2[i]), "LSE differs between context.num_threads = 1 and 2");
     FUZZ_CHECK(untouched_outside(bufs.o, bufs.to.layout, 4), "a write to o outside its view");
     if (p.want_lse) FUZZ_CHECK(untouched_outside(bufs.lse, bufs.lse_layout, 3), "a write to lse outside its view");
     // Inputs are read-only: every byte of their buffers (padding included) is as before.

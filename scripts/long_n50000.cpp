@@ -14,7 +14,8 @@
 #include <random>
 #include <vector>
 
-#include "flashattn/attention.hpp"
+#include "flashattn/cpu/context.hpp"
+#include "flashattn/forward.hpp"
 
 namespace {
 
@@ -78,11 +79,11 @@ int main(int argc, char** argv) {
     std::fill(o.begin(), o.end(), std::numeric_limits<float>::quiet_NaN());
     flashattn::AttentionOptions opts;
     opts.causal = causal;
-    opts.num_threads = threads;
     std::printf("[%s] forward ...\n", causal ? "causal" : "non-causal");
     std::fflush(stdout);
     const auto t0 = std::chrono::steady_clock::now();
-    flashattn::attention_forward(flashattn::bshd<const float>(q.data(), 1, n, 1, d),
+    flashattn::attention_forward(flashattn::cpu::Context<>{threads},
+                                 flashattn::bshd<const float>(q.data(), 1, n, 1, d),
                                  flashattn::bshd<const float>(k.data(), 1, n, 1, d),
                                  flashattn::bshd<const float>(v.data(), 1, n, 1, d),
                                  flashattn::bshd(o.data(), 1, n, 1, d), opts,
