@@ -19,7 +19,8 @@
 #include <vector>
 
 #include "configs.hpp"
-#include "flashattn/attention.hpp"
+#include "flashattn/cpu/context.hpp"
+#include "flashattn/forward.hpp"
 #include "reference.hpp"
 #include "tolerance.hpp"
 
@@ -42,8 +43,12 @@ struct ForwardCase {
     o.causal = causal;
     o.window_left = window_left;
     o.window_right = window_right;
-    o.num_threads = num_threads;
     return o;
+  }
+  // The backend context of the case: its tiles and its thread count.
+  template <class Tiles>
+  cpu::Context<Tiles> context() const {
+    return {num_threads};
   }
   std::string describe() const {
     std::ostringstream s;
@@ -91,7 +96,7 @@ class ForwardTest : public ::testing::Test {
     fill_normal(v.view(), c.seed + 2);
     HostLse lse(c.batch, c.heads_q, c.seq_q);
     const LseView lse_view = c.with_lse ? lse.view() : LseView{};
-    attention_forward<Tiles>(q.cview(), k.cview(), v.cview(), o.view(), c.options(), lse_view);
+    attention_forward(c.context<Tiles>(), q.cview(), k.cview(), v.cview(), o.view(), c.options(), lse_view);
     EXPECT_TRUE(matches_reference_for_options<T>(q.cview(), k.cview(), v.cview(), o.cview(), lse_view, c.options()))
         << c.describe();
   }
@@ -135,7 +140,8 @@ TYPED_TEST_P(ForwardTest, CausalIsBottomRightAligned) {
   HostLse lse(1, 1, sq);
   AttentionOptions opts;
   opts.causal = true;
-  attention_forward<typename TestFixture::Tiles>(q.cview(), k.cview(), v.cview(), o.view(), opts, lse.view());
+  attention_forward(cpu::Context<typename TestFixture::Tiles>{}, q.cview(), k.cview(), v.cview(), o.view(), opts,
+                    lse.view());
   for (index_t i = 0; i < sq; ++i) {
     const index_t kept = sk - sq + 1 + i;
     EXPECT_NEAR(lse.view()(0, 0, i), std::log(double(kept)), 1e-5) << "row " << i;
@@ -255,7 +261,7 @@ TYPED_TEST_P(ForwardTest, FusedQkvAndStridedViews) {
   for (bool causal : {false, true}) {
     AttentionOptions opts;
     opts.causal = causal;
-    attention_forward<typename TestFixture::Tiles>(q, k, v, o, opts, lse);
+    attention_forward(cpu::Context<typename TestFixture::Tiles>{}, q, k, v, o, opts, lse);
     EXPECT_TRUE(matches_reference_for_options<T>(q, k, v, o, lse, opts)) << "causal=" << causal;
     for (std::size_t i = 0; i < o_buf.size(); ++i) {
       if (index_t(i) % o_row >= d) {
@@ -279,7 +285,7 @@ TYPED_TEST_P(ForwardTest, FusedQkvAndStridedViews) {
   for (bool causal : {false, true}) {
     AttentionOptions opts;
     opts.causal = causal;
-    attention_forward<typename TestFixture::Tiles>(qs, ks, vs, od, opts);
+    attention_forward(cpu::Context<typename TestFixture::Tiles>{}, qs, ks, vs, od, opts);
     EXPECT_TRUE(matches_reference_for_options<T>(qs, ks, vs, od, LseView{}, opts)) << "causal=" << causal;
   }
 }
@@ -310,7 +316,7 @@ TYPED_TEST_P(ForwardTest, SplitKeyRanges) {
 }
 
 // The same values in BSHD (rows of a head heads·dim apart: the worker keeps staged copies of the K/V tiles,
-// cpu/kv_tile_cache.hpp) and in BHSD (contiguous rows: fp32 reads them in place) give the same bits, on
+// cpu/staged_tile_cache.hpp) and in BHSD (contiguous rows: fp32 reads them in place) give the same bits, on
 // one and two threads: whole tiles, tiles cut by a mask's edge (staged per block), split key ranges, GQA.
 TYPED_TEST_P(ForwardTest, KeptKvTilesChangeNoBit) {
   using T = typename TestFixture::T;
@@ -346,8 +352,8 @@ TYPED_TEST_P(ForwardTest, KeptKvTilesChangeNoBit) {
         fill_normal(k.view(), 22);
         fill_normal(v.view(), 23);
         HostLse lse(c.batch, c.heads_q, c.seq_q);
-        attention_forward<typename TestFixture::Tiles>(q.cview(), k.cview(), v.cview(), o.view(), c.options(),
-                                                       lse.view());
+        attention_forward(c.template context<typename TestFixture::Tiles>(), q.cview(), k.cview(), v.cview(),
+                          o.view(), c.options(), lse.view());
         out[int(layout)] = to_double(o.cview());
         lse_out[int(layout)] = to_double(lse.view());
       }

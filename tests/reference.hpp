@@ -13,8 +13,10 @@
 #include <vector>
 
 #include "flashattn/cpu/tiles.hpp"
-#include "flashattn/masks.hpp"
-#include "flashattn/views.hpp"
+#include "flashattn/core/masks.hpp"
+#include "flashattn/core/sequence.hpp"
+#include "flashattn/core/variants.hpp"
+#include "flashattn/core/views.hpp"
 
 namespace flashattn::testing {
 
@@ -41,7 +43,7 @@ ReferenceResult reference_attention(const TensorView<const T>& q, const TensorVi
   std::vector<Calc> s(static_cast<std::size_t>(Sk)), acc(static_cast<std::size_t>(D));
   for (index_t b = 0; b < B; ++b) {
     for (index_t h = 0; h < H; ++h) {
-      const auto head_mask = mask_for_head(mask, b, h);
+      const auto head_mask = policy_for(mask, SequenceInfo{b, h, Sq, Sk});
       const index_t hk = h / group;
       for (index_t i = 0; i < Sq; ++i) {
         Calc m = -std::numeric_limits<Calc>::infinity();
@@ -55,7 +57,7 @@ ReferenceResult reference_attention(const TensorView<const T>& q, const TensorVi
           Calc dot = 0;
           for (index_t c = 0; c < D; ++c) dot += Calc(q(b, i, h, c)) * Calc(k(b, j, hk, c));
           Calc x = round_to<Store>(dot) * Calc(scale);
-          if constexpr (std::decay_t<decltype(head_mask)>::modifies_scores) x = Calc(head_mask.score(i, j, x));
+          if constexpr (modifies_scores_v<std::decay_t<decltype(head_mask)>>) x = Calc(head_mask.score(i, j, x));
           s[std::size_t(j)] = x;
           // A NaN score wins (std::max would drop it): a row that keeps a NaN score is NaN, even when
           // every other score it keeps is −inf (documented propagation, docs/robustness.md).

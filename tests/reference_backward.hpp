@@ -18,8 +18,10 @@
 #include <utility>
 #include <vector>
 
-#include "flashattn/masks.hpp"
-#include "flashattn/views.hpp"
+#include "flashattn/core/masks.hpp"
+#include "flashattn/core/sequence.hpp"
+#include "flashattn/core/variants.hpp"
+#include "flashattn/core/views.hpp"
 #include "reference.hpp"
 
 namespace flashattn::testing {
@@ -52,7 +54,7 @@ ReferenceGrads reference_backward(const TensorView<const T>& q, const TensorView
 
   for (index_t b = 0; b < B; ++b) {
     for (index_t h = 0; h < H; ++h) {
-      const auto head_mask = mask_for_head(mask, b, h);
+      const auto head_mask = policy_for(mask, SequenceInfo{b, h, Sq, Sk});
       using HeadMask = std::remove_cv_t<decltype(head_mask)>;
       const index_t hk = h / group;
       for (index_t i = 0; i < Sq; ++i) {
@@ -65,7 +67,7 @@ ReferenceGrads reference_backward(const TensorView<const T>& q, const TensorView
           Calc dot = 0;
           for (index_t c = 0; c < D; ++c) dot += Calc(q(b, i, h, c)) * Calc(k(b, j, hk, c));
           Calc x = r(dot) * Calc(scale);
-          if constexpr (HeadMask::modifies_scores) {
+          if constexpr (modifies_scores_v<HeadMask>) {
             static_assert(reference_has_score_grad<HeadMask>::value, "score-changing policies need score_grad");
             g[jj] = Calc(head_mask.score_grad(i, j, x));
             x = Calc(head_mask.score(i, j, x));

@@ -16,8 +16,12 @@
 #include "../bench/io_model.hpp"
 #include "../bench/io_naive.hpp"
 #include "../bench/io_tiled.hpp"
+#include "flashattn/core/kv_source.hpp"
+#include "flashattn/cpu/context.hpp"
+#include "flashattn/cpu/forward_kernel.hpp"
+#include "flashattn/cpu/staged_tile_cache.hpp"
 #include "flashattn/flashattn.hpp"
-#include "flashattn/naive.hpp"
+#include "flashattn/reference/naive_forward.hpp"
 
 namespace {
 
@@ -72,10 +76,10 @@ TEST(NoAccounting, IsAnEmptyPolicyThatRecordsNothing) {
 TEST(NoAccounting, ResultsAreBitIdenticalWithAndWithoutCounting) {
   Problem<float> a(1, 77, 91, 2, 2, 64), b = a;
   flashattn::AttentionOptions opts;
-  opts.num_threads = 1;
-  flashattn::attention_forward(a.qv(), a.kv(a.k), a.kv(a.v), a.ov(), opts, a.lv());
+  const flashattn::cpu::Context<> one_thread{1};
+  flashattn::attention_forward(one_thread, a.qv(), a.kv(a.k), a.kv(a.v), a.ov(), opts, a.lv());
   ByteCounter counter;
-  flashattn::attention_forward(b.qv(), b.kv(b.k), b.kv(b.v), b.ov(), opts, b.lv(), counter);
+  flashattn::attention_forward(one_thread, b.qv(), b.kv(b.k), b.kv(b.v), b.ov(), opts, b.lv(), counter);
   EXPECT_GT(counter.total_bytes(), 0);
   EXPECT_EQ(0, std::memcmp(a.o.data(), b.o.data(), a.o.size() * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)));
@@ -93,17 +97,18 @@ template <class C>
 class TiledCounts : public ::testing::Test {};
 
 // Bytes one worker writes when it keeps every staged K/V tile of every (batch, KV head) of p once
-// (cpu/kv_tile_cache.hpp): the K and/or V tiles the storage ops stage or copy for this layout.
+// (cpu/staged_tile_cache.hpp): the K and/or V tiles the storage ops stage or copy for this layout.
 template <class T, class Tiles>
 index_t one_fill_of_kept_tiles(const Problem<T>& p) {
   using Ops = typename flashattn::cpu::ForwardKernel<T, Tiles, 0>::Ops;
   const int d = int(p.dim);
-  const index_t matrices = index_t(Ops::keeps_k(p.kv(p.k), d)) + index_t(Ops::keeps_v(p.kv(p.v), d));
-  return p.batch * p.heads_kv * matrices * p.seq_k * p.dim * index_t(sizeof(typename Ops::KvElem));
+  const index_t matrices = index_t(Ops::keeps_qk_tiles(flashattn::dense_kv(p.kv(p.k)), d)) +
+                           index_t(Ops::keeps_pv_tiles(flashattn::dense_kv(p.kv(p.v)), d));
+  return p.batch * p.heads_kv * matrices * p.seq_k * p.dim * index_t(sizeof(typename Ops::StagedElem));
 }
 
 // The traffic the IO model describes: everything but the kept copies of K/V tiles, counted apart.
-inline std::int64_t model_bytes(const ByteCounter& c) { return c.total_bytes() - c.written_bytes(Traffic::KvCache); }
+inline std::int64_t model_bytes(const ByteCounter& c) { return c.total_bytes() - c.written_bytes(Traffic::StagedTiles); }
 
 using TiledCases = ::testing::Types<Case<float, flashattn::cpu::Tiles<16, 64>>, Case<float, flashattn::cpu::Tiles<32, 16>>,
                                     Case<float, flashattn::cpu::Tiles<64, 64>>, Case<float, flashattn::cpu::Tiles<256, 32>>,
@@ -146,7 +151,7 @@ TYPED_TEST(TiledCounts, UnsplitScheduleMatchesFormulaPerArray) {
                 0);
       EXPECT_EQ(model_bytes(c), heads * io::tiled_bytes(shape, bq));
       // One worker, heads in order: each kept tile is staged once per (batch, KV head).
-      EXPECT_EQ(c.written_bytes(Traffic::KvCache), (one_fill_of_kept_tiles<T, Tiles>(p)));
+      EXPECT_EQ(c.written_bytes(Traffic::StagedTiles), (one_fill_of_kept_tiles<T, Tiles>(p)));
     }
   }
 }
@@ -168,7 +173,7 @@ TYPED_TEST(TiledCounts, CausalMatchesFormula) {
     EXPECT_EQ(model_bytes(c), io::tiled_bytes_causal(shape, bq));
     EXPECT_LT(model_bytes(c), io::tiled_bytes(shape, bq));
     // The last query block, run first, sees every key tile whole.
-    EXPECT_EQ(c.written_bytes(Traffic::KvCache), (one_fill_of_kept_tiles<T, Tiles>(p)));
+    EXPECT_EQ(c.written_bytes(Traffic::StagedTiles), (one_fill_of_kept_tiles<T, Tiles>(p)));
   }
 }
 
@@ -185,9 +190,9 @@ TYPED_TEST(TiledCounts, PublicApiWithoutSplitMatchesFormulaOnAnyThreadCount) {
       Problem<T> p(2, sq, sq + 5, 4, 2, 64);
       flashattn::AttentionOptions opts;
       opts.causal = causal;
-      opts.num_threads = threads;
       ByteCounter c;
-      flashattn::attention_forward<Tiles>(p.qv(), p.kv(p.k), p.kv(p.v), p.ov(), opts, p.lv(), c);
+      flashattn::attention_forward(flashattn::cpu::Context<Tiles>{threads}, p.qv(), p.kv(p.k), p.kv(p.v), p.ov(), opts,
+                                   p.lv(), c);
       const io::Shape shape = p.shape(true);
       EXPECT_EQ(model_bytes(c),
                 p.heads_total() * (causal ? io::tiled_bytes_causal(shape, bq) : io::tiled_bytes(shape, bq)));
@@ -195,10 +200,10 @@ TYPED_TEST(TiledCounts, PublicApiWithoutSplitMatchesFormulaOnAnyThreadCount) {
       const index_t fill = one_fill_of_kept_tiles<T, Tiles>(p);
       EXPECT_GT(fill, 0);  // BSHD with two KV heads: rows are strided, so tiles are kept
       if (threads == 1) {
-        EXPECT_EQ(c.written_bytes(Traffic::KvCache), fill);
+        EXPECT_EQ(c.written_bytes(Traffic::StagedTiles), fill);
       }
-      EXPECT_GE(c.written_bytes(Traffic::KvCache), fill);
-      EXPECT_LE(c.written_bytes(Traffic::KvCache), threads * fill);
+      EXPECT_GE(c.written_bytes(Traffic::StagedTiles), fill);
+      EXPECT_LE(c.written_bytes(Traffic::StagedTiles), threads * fill);
     }
 }
 
@@ -261,15 +266,15 @@ TEST(TiledScratch, IsOneWorkerScratchIndependentOfSequenceLength) {
   }
 }
 
-// Kept K/V tiles (cpu/kv_tile_cache.hpp): each tile staged once per head, never more bytes than the budget,
+// Kept K/V tiles (cpu/staged_tile_cache.hpp): each tile staged once per head, never more bytes than the budget,
 // tiles past it left to the caller, the buffer released with the cache.
 TEST(KeptKvTiles, StagedOncePerHeadWithinTheBudget) {
   struct Tile {
     const float* data;
     index_t ld;
   };
-  using Cache = flashattn::cpu::KvTileCache<Tile, float>;
-  constexpr std::size_t tile_elems = std::size_t(flashattn::cpu::kKvTileCacheBytes) / (2 * sizeof(float)) / 3;
+  using Cache = flashattn::cpu::StagedTileCache<Tile, float>;
+  constexpr std::size_t tile_elems = std::size_t(flashattn::cpu::kStagedTileCacheBytes) / (2 * sizeof(float)) / 3;
   const std::int64_t base = flashattn::cpu::scratch_stats().current_bytes;
   {
     Cache cache(tile_elems);
@@ -298,7 +303,7 @@ TEST(KeptKvTiles, StagedOncePerHeadWithinTheBudget) {
     }
     const std::int64_t held = flashattn::cpu::scratch_stats().current_bytes - base;
     EXPECT_EQ(held, std::int64_t(2 * 3 * tile_elems * sizeof(float)));
-    EXPECT_LE(held, flashattn::cpu::kKvTileCacheBytes);
+    EXPECT_LE(held, flashattn::cpu::kStagedTileCacheBytes);
   }
   EXPECT_EQ(flashattn::cpu::scratch_stats().current_bytes, base);
 }

@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "flashattn/attention.hpp"
+#include "flashattn/forward.hpp"
 #include "reference.hpp"
 #include "tolerance.hpp"
 

@@ -16,10 +16,11 @@
 #include <vector>
 
 #include "configs.hpp"
-#include "flashattn/attention.hpp"
+#include "flashattn/forward.hpp"
 #include "flashattn/backward.hpp"
 #include "flashattn/cpu/aligned_buffer.hpp"
-#include "flashattn/naive_backward.hpp"
+#include "flashattn/cpu/context.hpp"
+#include "flashattn/reference/naive_backward.hpp"
 #include "reference.hpp"
 #include "reference_backward.hpp"
 #include "tolerance.hpp"
@@ -53,23 +54,25 @@ struct GradProblem {
 
   static T nan() { return T(std::numeric_limits<float>::quiet_NaN()); }
 
-  template <class Tiles = AutoTiles>
-  void forward(const AttentionOptions& opts) {
-    attention_forward<Tiles>(q.cview(), k.cview(), v.cview(), o.view(), opts, lse.view());
+  // threads: the context's thread count (0: the default).
+  template <class Tiles = cpu::AutoTiles>
+  void forward(const AttentionOptions& opts, int threads = 0) {
+    attention_forward(cpu::Context<Tiles>{threads}, q.cview(), k.cview(), v.cview(), o.view(), opts, lse.view());
   }
-  template <class Tiles = AutoTiles>
-  void backward(const AttentionOptions& opts) {
-    attention_backward<Tiles>(q.cview(), k.cview(), v.cview(), o.cview(), d_o.cview(), lse.view(), dq.view(),
-                              dk.view(), dv.view(), opts);
+  template <class Tiles = cpu::AutoTiles>
+  void backward(const AttentionOptions& opts, int threads = 0) {
+    attention_backward(cpu::Context<Tiles>{threads}, q.cview(), k.cview(), v.cview(), o.cview(), d_o.cview(),
+                       lse.view(), dq.view(), dk.view(), dv.view(), opts);
   }
-  template <class Tiles = AutoTiles, class Mask>
+  template <class Tiles = cpu::AutoTiles, class Mask>
   void forward_masked(const Mask& mask, const AttentionOptions& opts = {}) {
-    attention_forward_masked<Tiles>(q.cview(), k.cview(), v.cview(), o.view(), mask, opts, lse.view());
+    attention_forward_masked(cpu::Context<Tiles>{}, q.cview(), k.cview(), v.cview(), o.view(), mask, opts,
+                             lse.view());
   }
-  template <class Tiles = AutoTiles, class Mask>
+  template <class Tiles = cpu::AutoTiles, class Mask>
   void backward_masked(const Mask& mask, const AttentionOptions& opts = {}) {
-    attention_backward_masked<Tiles>(q.cview(), k.cview(), v.cview(), o.cview(), d_o.cview(), lse.view(),
-                                     dq.view(), dk.view(), dv.view(), mask, opts);
+    attention_backward_masked(cpu::Context<Tiles>{}, q.cview(), k.cview(), v.cview(), o.cview(), d_o.cview(),
+                              lse.view(), dq.view(), dk.view(), dv.view(), mask, opts);
   }
 };
 
@@ -193,8 +196,8 @@ TYPED_TEST(BackwardTyped, StridedGradientsHaveTheBitsOfContiguousOnes) {
     return TensorView<T>{buf.data(), 1, seq, heads, d, seq * heads * d * 2, heads * d * 2, d * 2, 2};
   };
   const TensorView<T> dq = spread(dq_buf, sq, hq), dk = spread(dk_buf, sk, hkv), dv = spread(dv_buf, sk, hkv);
-  attention_backward<Tiles>(pr.q.cview(), pr.k.cview(), pr.v.cview(), pr.o.cview(), pr.d_o.cview(), pr.lse.view(),
-                            dq, dk, dv, opts);
+  attention_backward(cpu::Context<Tiles>{}, pr.q.cview(), pr.k.cview(), pr.v.cview(), pr.o.cview(), pr.d_o.cview(),
+                     pr.lse.view(), dq, dk, dv, opts);
   int differing = 0;
   for (const auto& [strided, contiguous] : {std::pair{dq, pr.dq.view()}, std::pair{dk, pr.dk.view()},
                                             std::pair{dv, pr.dv.view()}})
@@ -359,11 +362,11 @@ TEST(Backward, FusedQkvAndStridedViews) {
   AttentionOptions opts;
   opts.causal = true;
   const LseView lse_view = lse_bhs(lse.data(), batch, heads, seq);
-  attention_forward<AutoTiles, float>(slice(qkv.data(), 0), slice(qkv.data(), 1), slice(qkv.data(), 2),
-                                      spread(o.data()), opts, lse_view);
-  attention_backward<AutoTiles, float>(slice(qkv.data(), 0), slice(qkv.data(), 1), slice(qkv.data(), 2),
-                                       spread(o.data()), spread(d_o.data()), lse_view, slice(grad.data(), 0),
-                                       slice(grad.data(), 1), slice(grad.data(), 2), opts);
+  attention_forward<float>(slice(qkv.data(), 0), slice(qkv.data(), 1), slice(qkv.data(), 2), spread(o.data()), opts,
+                           lse_view);
+  attention_backward<float>(slice(qkv.data(), 0), slice(qkv.data(), 1), slice(qkv.data(), 2), spread(o.data()),
+                            spread(d_o.data()), lse_view, slice(grad.data(), 0), slice(grad.data(), 1),
+                            slice(grad.data(), 2), opts);
   // The same problem in contiguous BSHD memory.
   GradProblem<float> pr(Layout::Bshd, batch, seq, seq, heads, heads, dim, 0);
   for (index_t b = 0; b < batch; ++b)
@@ -403,10 +406,8 @@ TEST(Backward, SameBitsForAnyThreadCount) {
       GradProblem<float> pr(Layout::Bshd, 2, 300, 260, 4, 2, 64, 17);
       AttentionOptions opts;
       opts.causal = causal;
-      opts.num_threads = 1;
-      pr.forward(opts);
-      opts.num_threads = threads;
-      pr.backward(opts);
+      pr.forward(opts, 1);
+      pr.backward(opts, threads);
       const std::vector<float> grads = concat_grads(pr);
       if (first.empty()) {
         first = grads;
@@ -426,11 +427,10 @@ TEST(Backward, ScratchIsLinearInSequenceLength) {
   const index_t n = 1024, d = 64, heads = 2;
   GradProblem<float> pr(Layout::Bshd, 1, n, n, heads, heads, d, 4);
   AttentionOptions opts;
-  opts.num_threads = 1;
-  pr.forward(opts);
+  pr.forward(opts, 1);
   const std::int64_t before = cpu::scratch_stats().current_bytes;
   cpu::reset_scratch_peak();
-  pr.backward(opts);
+  pr.backward(opts, 1);
   const std::int64_t peak = cpu::scratch_stats().peak_bytes - before;
   const std::int64_t stats_bytes = 2 * heads * n * std::int64_t(sizeof(float));
   const std::int64_t tile_bytes = 64 * 64 * 16 * std::int64_t(sizeof(float));  // generous: a few tiles of d ≤ 64
@@ -456,8 +456,8 @@ TEST(BackwardValidation, NamesArgumentsAndValues) {
   HostLse wrong_lse(1, 4, 9);
   const auto call = [&](TensorView<float> dq, TensorView<float> dk, TensorView<float> dv, LseView lse) {
     return error_of([&] {
-      attention_backward<AutoTiles, float>(pr.q.cview(), pr.k.cview(), pr.v.cview(), pr.o.cview(), pr.d_o.cview(),
-                                           lse, dq, dk, dv);
+      attention_backward<float>(pr.q.cview(), pr.k.cview(), pr.v.cview(), pr.o.cview(), pr.d_o.cview(), lse, dq, dk,
+                                dv);
     });
   };
   EXPECT_NE(call(pr.dq.view(), small_dk.view(), pr.dv.view(), pr.lse.view())
@@ -476,17 +476,16 @@ TEST(BackwardValidation, NamesArgumentsAndValues) {
   AttentionOptions bad;
   bad.scale = -1.0;
   EXPECT_NE(error_of([&] {
-              attention_backward<AutoTiles, float>(pr.q.cview(), pr.k.cview(), pr.v.cview(), pr.o.cview(),
-                                                   pr.d_o.cview(), pr.lse.view(), pr.dq.view(), pr.dk.view(),
-                                                   pr.dv.view(), bad);
+              attention_backward<float>(pr.q.cview(), pr.k.cview(), pr.v.cview(), pr.o.cview(), pr.d_o.cview(),
+                                        pr.lse.view(), pr.dq.view(), pr.dk.view(), pr.dv.view(), bad);
             }).find("options.scale must be finite and > 0"),
             std::string::npos);
   AttentionOptions causal;
   causal.causal = true;
   EXPECT_NE(error_of([&] {
-              attention_backward_masked<AutoTiles, float>(pr.q.cview(), pr.k.cview(), pr.v.cview(), pr.o.cview(),
-                                                          pr.d_o.cview(), pr.lse.view(), pr.dq.view(), pr.dk.view(),
-                                                          pr.dv.view(), NoMask{12}, causal);
+              attention_backward_masked<float>(pr.q.cview(), pr.k.cview(), pr.v.cview(), pr.o.cview(),
+                                               pr.d_o.cview(), pr.lse.view(), pr.dq.view(), pr.dk.view(),
+                                               pr.dv.view(), NoMask{12}, causal);
             }).find("cannot be combined with a mask policy"),
             std::string::npos);
 }

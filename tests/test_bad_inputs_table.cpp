@@ -12,8 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "flashattn/attention.hpp"
+#include "flashattn/forward.hpp"
 #include "flashattn/backward.hpp"
+#include "flashattn/cpu/context.hpp"
 #include "flashattn/eigen.hpp"
 #include "reference.hpp"
 #include "tolerance.hpp"
@@ -23,8 +24,8 @@ namespace {
 
 constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
 
-// A valid problem (batch 2, seq_q 5, seq_k 7, 4 query heads over 2 KV heads, head dim 8) whose views and
-// options a test corrupts one at a time.
+// A valid problem (batch 2, seq_q 5, seq_k 7, 4 query heads over 2 KV heads, head dim 8) whose views,
+// options and context a test corrupts one at a time.
 struct Call {
   HostTensor<float> q_t{Layout::Bshd, 2, 5, 4, 8}, k_t{Layout::Bshd, 2, 7, 2, 8}, v_t{Layout::Bshd, 2, 7, 2, 8};
   HostTensor<float> o_t{Layout::Bshd, 2, 5, 4, 8, kNan};
@@ -33,6 +34,7 @@ struct Call {
   TensorView<float> o;
   LseView lse;
   AttentionOptions opts;
+  cpu::Context<> ctx;
 
   Call() {
     fill_normal(q_t.view(), 1);
@@ -44,7 +46,7 @@ struct Call {
     o = o_t.view();
     lse = lse_bhs(lse_data.data(), 2, 4, 5);
   }
-  void run() const { attention_forward(q, k, v, o, opts, lse); }
+  void run() const { attention_forward(ctx, q, k, v, o, opts, lse); }
   // Nothing was written: o and lse still hold their NaN fill.
   bool untouched() {
     for (float x : o_t.storage())
@@ -135,9 +137,19 @@ TEST(BadInputs, HeadDimMismatch) {
 }
 
 TEST(BadInputs, HeadDimAboveMaximum) {
-  // Strides of a 513-wide head over the same buffers: the check runs before any element is read.
-  EXPECT_TRUE(rejects([](Call& c) { c.q.dim = c.k.dim = c.v.dim = c.o.dim = kMaxHeadDim + 1; },
-                      "head dim 513 is larger than the supported maximum 512"));
+  // Views of a 513-wide head, otherwise valid (the CPU backend checks its own limit after the core's checks
+  // of extents, strides and overlaps): rejected before any element is read or written.
+  const index_t d = cpu::kMaxHeadDim + 1;
+  std::vector<float> q_buf(std::size_t(2 * 5 * 4 * d), 0.5f), kv_buf(std::size_t(2 * 7 * 2 * d), 0.5f),
+      o_buf(std::size_t(2 * 5 * 4 * d), kNan);
+  EXPECT_TRUE(rejects(
+      [&](Call& c) {
+        c.q = bshd<const float>(q_buf.data(), 2, 5, 4, d);
+        c.k = c.v = bshd<const float>(kv_buf.data(), 2, 7, 2, d);
+        c.o = bshd(o_buf.data(), 2, 5, 4, d);
+      },
+      "head dim 513 is larger than the supported maximum 512"));
+  for (float x : o_buf) ASSERT_TRUE(std::isnan(x)) << "o was written before the throw";
 }
 
 TEST(BadInputs, OutputAliasesItself) {
@@ -168,12 +180,12 @@ TEST(BadInputs, BadScale) {
 }
 
 TEST(BadInputs, NegativeThreadCount) {
-  EXPECT_TRUE(rejects([](Call& c) { c.opts.num_threads = -2; }, "options.num_threads must be >= 0, got -2"));
+  EXPECT_TRUE(rejects([](Call& c) { c.ctx.num_threads = -2; }, "context.num_threads must be >= 0, got -2"));
 }
 
 TEST(BadInputs, MaskPolicyWithCausalOrWindowOptions) {
   const auto masked = [](const Call& c) {
-    attention_forward_masked(c.q, c.k, c.v, c.o, NoMask{c.k.seq}, c.opts, c.lse);
+    attention_forward_masked(c.ctx, c.q, c.k, c.v, c.o, NoMask{c.k.seq}, c.opts, c.lse);
   };
   EXPECT_TRUE(rejects([](Call& c) { c.opts.causal = true; }, "cannot be combined with a mask policy", masked));
   EXPECT_TRUE(rejects([](Call& c) { c.opts.window_left = 3; }, "cannot be combined with a mask policy", masked));
@@ -223,7 +235,7 @@ TEST(BadInputs, UnalignedPointers) {
   fill_normal(q, 8);
   fill_normal(k, 9);
   fill_normal(v, 10);
-  attention_forward<AutoTiles, float>(q, k, v, o);
+  attention_forward<float>(q, k, v, o);
   EXPECT_TRUE(std::isnan(ob[0]));  // the element before the view is untouched
   EXPECT_TRUE(matches_reference<float>(q, k, v, o, LseView{}, 0.25, NoMask{40}));
 }
@@ -250,9 +262,9 @@ TEST(BadInputs, MaskPolicyRangeOutsideKeysIsClipped) {
 // num_threads far above the work (and 0 = the default): the same bits as one thread.
 TEST(BadInputs, MoreThreadsThanWork) {
   Call one, many, dflt;
-  one.opts.num_threads = 1;
-  many.opts.num_threads = 64;
-  dflt.opts.num_threads = 0;
+  one.ctx.num_threads = 1;
+  many.ctx.num_threads = 64;
+  dflt.ctx.num_threads = 0;
   one.run();
   many.run();
   dflt.run();

@@ -21,9 +21,10 @@
 #include <csignal>
 #endif
 
-#include "flashattn/attention.hpp"
+#include "flashattn/forward.hpp"
 #include "flashattn/backward.hpp"
 #include "flashattn/cpu/aligned_buffer.hpp"
+#include "flashattn/cpu/context.hpp"
 #include "flashattn/cpu/parallel.hpp"
 #include "reference.hpp"
 
@@ -77,10 +78,8 @@ struct SharedProblem {
   }
 };
 
-AttentionOptions with_threads(AttentionOptions o, int threads) {
-  o.num_threads = threads;
-  return o;
-}
+// The context of a call on `threads` workers (0: the default).
+cpu::Context<> on_threads(int threads) { return {threads}; }
 
 // 8 user threads × 3 calls each, every call single-threaded, on one shared causal GQA problem.
 TEST(Concurrency, ManyUserThreadsGiveTheBitsOfOneCall) {
@@ -89,7 +88,7 @@ TEST(Concurrency, ManyUserThreadsGiveTheBitsOfOneCall) {
   opts.causal = true;
   const auto call = [&](int threads) {
     return p.run([&](auto q, auto k, auto v, auto o, auto lse) {
-      attention_forward(q, k, v, o, with_threads(opts, threads), lse);
+      attention_forward(on_threads(threads), q, k, v, o, opts, lse);
     });
   };
   const auto expected = call(1);
@@ -108,7 +107,7 @@ TEST(Concurrency, ManyUserThreadsWithTwoWorkersEach) {
   opts.window_right = 8;
   const auto call = [&](int threads) {
     return p.run([&](auto q, auto k, auto v, auto o, auto lse) {
-      attention_forward(q, k, v, o, with_threads(opts, threads), lse);
+      attention_forward(on_threads(threads), q, k, v, o, opts, lse);
     });
   };
   const auto expected = call(1);
@@ -142,22 +141,22 @@ TEST(Concurrency, MixedProblemsAtOnce) {
   add(pf, [](auto q, auto k, auto v, auto o, auto lse, int t) {
     AttentionOptions opts;
     opts.causal = true;
-    attention_forward(q, k, v, o, with_threads(opts, t), lse);
+    attention_forward(on_threads(t), q, k, v, o, opts, lse);
   });
   add(pd, [&](auto q, auto k, auto v, auto o, auto lse, int t) {
-    attention_forward_masked(q, k, v, o, element_mask(k.seq, keep), with_threads({}, t), lse);
+    attention_forward_masked(on_threads(t), q, k, v, o, element_mask(k.seq, keep), AttentionOptions{}, lse);
   });
   add(ph, [&](auto q, auto k, auto v, auto o, auto lse, int t) {
-    attention_forward_masked(q, k, v, o, score_mod(BandMask::causal(q.seq, k.seq), softcap), with_threads({}, t),
-                             lse);
+    attention_forward_masked(on_threads(t), q, k, v, o, score_mod(BandMask::causal(q.seq, k.seq), softcap),
+                             AttentionOptions{}, lse);
   });
   add(pb, [](auto q, auto k, auto v, auto o, auto lse, int t) {
     AttentionOptions opts;
     opts.window_left = 5;
-    attention_forward(q, k, v, o, with_threads(opts, t), lse);
+    attention_forward(on_threads(t), q, k, v, o, opts, lse);
   });
   add(split, [](auto q, auto k, auto v, auto o, auto lse, int t) {
-    attention_forward(q, k, v, o, with_threads({}, t), lse);
+    attention_forward(on_threads(t), q, k, v, o, AttentionOptions{}, lse);
   });
 
   const int n_jobs = int(jobs.size());
@@ -181,12 +180,11 @@ TEST(Concurrency, BackwardFromManyThreads) {
   fill_normal(d_o.view(), 14);
   AttentionOptions opts;
   opts.causal = true;
-  opts.num_threads = 1;
-  attention_forward(q.cview(), k.cview(), v.cview(), o.view(), opts, lse.view());
+  attention_forward(on_threads(1), q.cview(), k.cview(), v.cview(), o.view(), opts, lse.view());
   const auto grads = [&](int threads) {
     HostTensor<float> dq(Layout::Bshd, b, n, h, d), dk(Layout::Bshd, b, n, h, d), dv(Layout::Bshd, b, n, h, d);
-    attention_backward(q.cview(), k.cview(), v.cview(), o.cview(), d_o.cview(), lse.view(), dq.view(), dk.view(),
-                       dv.view(), with_threads(opts, threads));
+    attention_backward(on_threads(threads), q.cview(), k.cview(), v.cview(), o.cview(), d_o.cview(), lse.view(),
+                       dq.view(), dk.view(), dv.view(), opts);
     std::vector<float> all = dq.storage();
     all.insert(all.end(), dk.storage().begin(), dk.storage().end());
     all.insert(all.end(), dv.storage().begin(), dv.storage().end());
@@ -203,7 +201,9 @@ TEST(Concurrency, BackwardFromManyThreads) {
 TEST(Concurrency, ErrorsInSomeThreadsDoNotDisturbOthers) {
   const SharedProblem<float> p(1, 64, 64, 2, 2, 32, 8);
   const auto good = [&] {
-    return p.run([&](auto q, auto k, auto v, auto o, auto lse) { attention_forward(q, k, v, o, with_threads({}, 2), lse); });
+    return p.run([&](auto q, auto k, auto v, auto o, auto lse) {
+      attention_forward(on_threads(2), q, k, v, o, AttentionOptions{}, lse);
+    });
   };
   const auto expected = good();
   std::vector<int> ok(kUserThreads, 0);
@@ -230,7 +230,9 @@ TEST(Concurrency, ScratchIsReleasedAfterConcurrentCalls) {
   const SharedProblem<float> p(1, 200, 200, 2, 2, 64, 9);
   const std::int64_t before = cpu::scratch_stats().current_bytes;
   run_together(kUserThreads, [&](int t) {
-    p.run([&](auto q, auto k, auto v, auto o, auto lse) { attention_forward(q, k, v, o, with_threads({}, 1 + t % 2), lse); });
+    p.run([&](auto q, auto k, auto v, auto o, auto lse) {
+      attention_forward(on_threads(1 + t % 2), q, k, v, o, AttentionOptions{}, lse);
+    });
   });
   EXPECT_EQ(cpu::scratch_stats().current_bytes, before);
 }
@@ -302,7 +304,7 @@ TEST(WorkerPool, ExceptionReachesCallerAndPoolSurvives) {
 TEST(WorkerPool, ForkedChildCanStillCallWithThreads) {
   const SharedProblem<float> p(1, 300, 300, 2, 2, 32, 11);
   const auto call = [&](auto q, auto k, auto v, auto o, auto lse) {
-    attention_forward(q, k, v, o, with_threads({}, 4), lse);
+    attention_forward(on_threads(4), q, k, v, o, AttentionOptions{}, lse);
   };
   const auto one = p.run(call);
   constexpr int kForks = 40;

@@ -12,7 +12,8 @@
 #include <vector>
 
 #include "configs.hpp"
-#include "flashattn/attention.hpp"
+#include "flashattn/cpu/context.hpp"
+#include "flashattn/forward.hpp"
 #include "reference.hpp"
 #include "tolerance.hpp"
 
@@ -38,8 +39,8 @@ class EdgeCases : public ::testing::Test {
       fill_normal(k.view(), seed + 1);
       fill_normal(v.view(), seed + 2);
     }
-    void run(const AttentionOptions& opts = {}) {
-      attention_forward(q.cview(), k.cview(), v.cview(), o.view(), opts, lse.view());
+    void run(const AttentionOptions& opts = {}, const cpu::Context<>& ctx = {}) {
+      attention_forward(ctx, q.cview(), k.cview(), v.cview(), o.view(), opts, lse.view());
     }
     std::vector<double> out() const { return to_double(o.cview()); }
     std::vector<double> lses() const { return to_double(lse.view()); }
@@ -278,12 +279,10 @@ TYPED_TEST(EdgeCases, ThreadCountDoesNotChangeResults) {
     typename TestFixture::Problem pr(sh.batch, sh.sq, sh.sk, sh.hq, sh.hkv, sh.d);
     AttentionOptions opts;
     opts.causal = sh.causal;
-    opts.num_threads = 1;
-    pr.run(opts);
+    pr.run(opts, cpu::Context<>{1});
     const std::vector<double> one = pr.out(), one_lse = pr.lses();
     for (int threads : {2, 3, 0}) {
-      opts.num_threads = threads;
-      pr.run(opts);
+      pr.run(opts, cpu::Context<>{threads});
       const std::vector<double> many = pr.out(), many_lse = pr.lses();
       ASSERT_EQ(std::memcmp(one.data(), many.data(), one.size() * sizeof(double)), 0)
           << threads << " threads, seq_q=" << sh.sq << " seq_k=" << sh.sk;

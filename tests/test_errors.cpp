@@ -12,10 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "flashattn/attention.hpp"
-#include "flashattn/errors.hpp"
-#include "flashattn/masks.hpp"
-#include "flashattn/naive.hpp"
+#include "flashattn/forward.hpp"
+#include "flashattn/core/errors.hpp"
+#include "flashattn/core/masks.hpp"
+#include "flashattn/cpu/context.hpp"
+#include "flashattn/reference/naive_forward.hpp"
 
 namespace flashattn {
 namespace {
@@ -62,14 +63,14 @@ class ForwardErrors : public ::testing::Test {
   TensorView<float> o = bshd(arena.data() + kO, B, Sq, Hq, D);
   LseView lse = lse_bhs(arena.data() + kLse, B, Hq, Sq);
   AttentionOptions opts;
+  cpu::Context<> ctx{1};
 
   void SetUp() override {
-    opts.num_threads = 1;
     std::fill(arena.begin() + kO, arena.begin() + kArena, kSentinel);
   }
 
   std::function<void()> call() {
-    return [this] { attention_forward(q, k, v, o, opts, lse); };
+    return [this] { attention_forward(ctx, q, k, v, o, opts, lse); };
   }
   // Nothing was written: validation happens before any work.
   void expect_untouched() const {
@@ -80,7 +81,7 @@ class ForwardErrors : public ::testing::Test {
 
 TEST_F(ForwardErrors, ValidBaselineRuns) {
   // The unmodified problem is accepted (and writes o and lse, so refill the sentinels for TearDown).
-  attention_forward(q, k, v, o, opts, lse);
+  attention_forward(ctx, q, k, v, o, opts, lse);
   EXPECT_NE(arena[std::size_t(kO)], kSentinel);
   EXPECT_NE(arena[std::size_t(kLse)], kSentinel);
   std::fill(arena.begin() + kO, arena.begin() + kArena, kSentinel);
@@ -249,7 +250,7 @@ TEST_F(ForwardErrors, SelfOverlappingOutputStrides) {
 TEST_F(ForwardErrors, BroadcastInputsAreAccepted) {
   k.stride_batch = 0;
   v.stride_batch = 0;
-  attention_forward(q, k, v, o, opts, lse);
+  attention_forward(ctx, q, k, v, o, opts, lse);
   for (index_t s = 0; s < Sq; ++s)
     for (index_t h = 0; h < Hq; ++h)
       for (index_t c = 0; c < D; ++c) EXPECT_NEAR(o(1, s, h, c), 0.5f, 1e-6f);  // every input element is 0.5
@@ -269,13 +270,13 @@ TEST_F(ForwardErrors, BadScale) {
 }
 
 TEST_F(ForwardErrors, HeadDimBeyondMaximum) {
-  const index_t d = kMaxHeadDim + 1;
+  const index_t d = cpu::kMaxHeadDim + 1;
   std::vector<float> big(std::size_t(B * (Sq + 2 * Sk) * Hq * d), 0.0f), out(std::size_t(B * Sq * Hq * d), kSentinel);
   const auto qb = bshd(big.data(), B, Sq, Hq, d), kb = bshd(big.data(), B, Sk, Hkv, d), vb = kb;
   const auto ob = bshd(out.data(), B, Sq, Hq, d);
-  EXPECT_TRUE(rejects([&] { attention_forward(qb, kb, vb, ob, opts); },
+  EXPECT_TRUE(rejects([&] { attention_forward(ctx, qb, kb, vb, ob, opts); },
                       {"head dim " + std::to_string(d) + " is larger than the supported maximum " +
-                       std::to_string(kMaxHeadDim)}));
+                       std::to_string(cpu::kMaxHeadDim)}));
   for (float x : out) ASSERT_EQ(x, kSentinel);
 }
 
@@ -285,8 +286,8 @@ TEST_F(ForwardErrors, OffsetsOverflow) {
 }
 
 TEST_F(ForwardErrors, NegativeNumThreads) {
-  opts.num_threads = -2;
-  EXPECT_TRUE(rejects(call(), {"options.num_threads must be >= 0, got -2"}));
+  ctx.num_threads = -2;
+  EXPECT_TRUE(rejects(call(), {"context.num_threads must be >= 0, got -2"}));
 }
 
 // One mask type for every masked call here, so that the kernels are compiled once for it.
@@ -297,11 +298,11 @@ struct LowerTriangle {
 TEST_F(ForwardErrors, CausalOrWindowWithAMaskPolicy) {
   const auto mask = element_mask(Sk, LowerTriangle{});
   opts.causal = true;
-  EXPECT_TRUE(rejects([&] { attention_forward_masked(q, k, v, o, mask, opts, lse); },
+  EXPECT_TRUE(rejects([&] { attention_forward_masked(ctx, q, k, v, o, mask, opts, lse); },
                       {"options.causal / options.window_* cannot be combined with a mask policy"}));
   opts.causal = false;
   opts.window_left = 3;
-  EXPECT_TRUE(rejects([&] { attention_forward_masked(q, k, v, o, mask, opts, lse); },
+  EXPECT_TRUE(rejects([&] { attention_forward_masked(ctx, q, k, v, o, mask, opts, lse); },
                       {"options.causal / options.window_*", "mask policy"}));
 }
 
@@ -309,7 +310,7 @@ TEST_F(ForwardErrors, CausalOrWindowWithAMaskPolicy) {
 TEST_F(ForwardErrors, MaskedAndNaiveEntryPointsValidate) {
   const auto mask = element_mask(Sk, LowerTriangle{});
   k.dim = 4;
-  EXPECT_TRUE(rejects([&] { attention_forward_masked(q, k, v, o, mask, opts, lse); },
+  EXPECT_TRUE(rejects([&] { attention_forward_masked(ctx, q, k, v, o, mask, opts, lse); },
                       {"head dims must agree", "k (batch=2, seq=7, heads=2, dim=4)"}));
   EXPECT_TRUE(rejects([&] { naive_attention_forward<float>(q, k, v, o, opts, lse); },
                       {"head dims must agree", "k (batch=2, seq=7, heads=2, dim=4)"}));

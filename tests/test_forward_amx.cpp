@@ -43,8 +43,8 @@ TEST(EmulatedAmx, AutoTilesPickAmxForBf16) {
     fill_normal(q.view(), 7);
     fill_normal(k.view(), 8);
     fill_normal(v.view(), 9);
-    attention_forward(q.cview(), k.cview(), v.cview(), o_auto.view(), c.options());
-    attention_forward<cpu::AmxTiles<T>>(q.cview(), k.cview(), v.cview(), o_amx.view(), c.options());
+    attention_forward(c.context<cpu::AutoTiles>(), q.cview(), k.cview(), v.cview(), o_auto.view(), c.options());
+    attention_forward(c.context<cpu::AmxTiles<T>>(), q.cview(), k.cview(), v.cview(), o_amx.view(), c.options());
     EXPECT_TRUE(matches_reference_for_options<T>(q.cview(), k.cview(), v.cview(), o_auto.cview(), LseView{},
                                                  c.options()))
         << c.describe();

@@ -8,11 +8,15 @@
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "configs.hpp"
-#include "flashattn/attention.hpp"
-#include "flashattn/masks.hpp"
+#include "flashattn/forward.hpp"
+#include "flashattn/core/masks.hpp"
+#include "flashattn/core/sequence.hpp"
+#include "flashattn/core/variants.hpp"
+#include "flashattn/cpu/context.hpp"
 #include "reference.hpp"
 #include "tolerance.hpp"
 
@@ -152,14 +156,15 @@ TEST(MaskPolicies, NoMaskAndElementMaskTileAnswers) {
   EXPECT_EQ(even.tile(0, 4, 0, 4), TileKind::Partial);
   EXPECT_TRUE(even.keep(1, 3));
   EXPECT_FALSE(even.keep(1, 2));
-  EXPECT_EQ(even.score(1, 3, 2.5f), 2.5f);
+  // and it leaves the scores it keeps as they are (no score hook: the kernel never changes them).
+  EXPECT_FALSE(modifies_scores_v<std::decay_t<decltype(even)>>);
 }
 
 TEST(MaskPolicies, ScoreModKeepsTheTileStructureOfItsBase) {
   const BandMask base = BandMask::window(40, 50, 6, 2);
   const auto mod = score_mod(base, [](index_t i, index_t j, auto s) { return s + decltype(s)(i - j); });
-  EXPECT_TRUE(decltype(mod)::modifies_scores);
-  EXPECT_FALSE(BandMask::modifies_scores);
+  EXPECT_TRUE(modifies_scores_v<std::decay_t<decltype(mod)>>);
+  EXPECT_FALSE(modifies_scores_v<BandMask>);
   for (index_t q0 = 0; q0 < 40; q0 += 8)
     for (index_t k0 = 0; k0 < 50; k0 += 8) {
       const index_t q1 = std::min<index_t>(q0 + 8, 40), k1 = std::min<index_t>(k0 + 8, 50);
@@ -171,18 +176,19 @@ TEST(MaskPolicies, ScoreModKeepsTheTileStructureOfItsBase) {
   EXPECT_DOUBLE_EQ(mod.score(7, 3, 1.0), 5.0);
 }
 
-// A per-head policy: for_head(b, h) gives the policy for that head (here a band whose width grows with h).
+// A per-head policy: for_head(b, h) gives the policy for that head (here a band whose width grows with h);
+// policy_for (core/variants.hpp) picks it.
 struct WidthPerHead {
   index_t seq_q, seq_k;
   BandMask for_head(index_t b, index_t h) const { return BandMask::window(seq_q, seq_k, h + b, 0); }
 };
 
-TEST(MaskPolicies, MaskForHeadUsesForHeadWhenPresent) {
+TEST(MaskPolicies, PolicyForUsesForHeadWhenPresent) {
   const WidthPerHead per_head{8, 8};
-  EXPECT_EQ(mask_for_head(per_head, 0, 3).left, 3);
-  EXPECT_EQ(mask_for_head(per_head, 1, 3).left, 4);
+  EXPECT_EQ(policy_for(per_head, SequenceInfo{0, 3, 8, 8}).left, 3);
+  EXPECT_EQ(policy_for(per_head, SequenceInfo{1, 3, 8, 8}).left, 4);
   const BandMask plain = BandMask::causal(8, 8);
-  EXPECT_EQ(mask_for_head(plain, 5, 7).left, plain.left);  // a policy without for_head is used as is
+  EXPECT_EQ(policy_for(plain, SequenceInfo{5, 7, 8, 8}).left, plain.left);  // a policy without for_head is used as is
 }
 
 // ---- End to end ------------------------------------------------------------------------------------------
@@ -216,8 +222,8 @@ class MaskedForwardTest : public ::testing::Test {
   // Runs `mask` through attention_forward_masked and compares with the reference under the same mask.
   template <class Mask>
   void check(Problem& pr, const Mask& mask, const AttentionOptions& opts = {}, double ulps = 4.0) {
-    attention_forward_masked<Tiles>(pr.q.cview(), pr.k.cview(), pr.v.cview(), pr.o.view(), mask, opts,
-                                    pr.lse.view());
+    attention_forward_masked(cpu::Context<Tiles>{}, pr.q.cview(), pr.k.cview(), pr.v.cview(), pr.o.view(), mask,
+                             opts, pr.lse.view());
     const double scale = opts.scale.value_or(1.0 / std::sqrt(double(pr.q.view().dim)));
     EXPECT_TRUE(matches_reference(pr.q.cview(), pr.k.cview(), pr.v.cview(), pr.o.cview(), pr.lse.view(), scale,
                                   mask, ulps));
@@ -262,11 +268,12 @@ TYPED_TEST(MaskedForwardTest, ElementMaskCausalEqualsBandMask) {
   const std::vector<double> by_element = to_double(pr.o.cview());
 
   HostTensor<T> o_band(Layout::Bshd, 1, sq, 2, d), o_opts(Layout::Bshd, 1, sq, 2, d);
-  attention_forward_masked<typename TestFixture::Tiles>(pr.q.cview(), pr.k.cview(), pr.v.cview(), o_band.view(),
-                                                        BandMask::causal(sq, sk));
+  attention_forward_masked(cpu::Context<typename TestFixture::Tiles>{}, pr.q.cview(), pr.k.cview(), pr.v.cview(),
+                           o_band.view(), BandMask::causal(sq, sk));
   AttentionOptions causal;
   causal.causal = true;
-  attention_forward<typename TestFixture::Tiles>(pr.q.cview(), pr.k.cview(), pr.v.cview(), o_opts.view(), causal);
+  attention_forward(cpu::Context<typename TestFixture::Tiles>{}, pr.q.cview(), pr.k.cview(), pr.v.cview(),
+                    o_opts.view(), causal);
   // The band policy and options.causal run the same kernel with the same mask: identical bits.
   EXPECT_EQ(to_double(o_band.cview()), to_double(o_opts.cview()));
   // The element mask differs only in which tiles it skips, which changes no kept score.

@@ -19,7 +19,8 @@
 #include <vector>
 
 #include "configs.hpp"
-#include "flashattn/attention.hpp"
+#include "flashattn/cpu/context.hpp"
+#include "flashattn/forward.hpp"
 #include "reference.hpp"
 #include "tolerance.hpp"
 
@@ -465,11 +466,11 @@ struct NanProblem {
     fill_normal(v.view(), 113);
   }
   // Runs the clean problem, then the one with `x(0, row, 0, col) = NaN`.
-  template <class Tiles = AutoTiles>
+  template <class Tiles = cpu::AutoTiles>
   void run(HostTensor<float>& x, index_t row, index_t col, const AttentionOptions& opts) {
-    attention_forward<Tiles>(q.cview(), k.cview(), v.cview(), clean.view(), opts, clean_lse.view());
+    attention_forward(cpu::Context<Tiles>{}, q.cview(), k.cview(), v.cview(), clean.view(), opts, clean_lse.view());
     x.view()(0, row, 0, col) = kNan;
-    attention_forward<Tiles>(q.cview(), k.cview(), v.cview(), o.view(), opts, lse.view());
+    attention_forward(cpu::Context<Tiles>{}, q.cview(), k.cview(), v.cview(), o.view(), opts, lse.view());
   }
   bool row_nan(index_t i) const {
     for (index_t c = 0; c < d; ++c)

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "flashattn/cpu/tiles.hpp"
-#include "flashattn/masks.hpp"
-#include "flashattn/options.hpp"
-#include "flashattn/views.hpp"
+#include "flashattn/core/masks.hpp"
+#include "flashattn/core/options.hpp"
+#include "flashattn/core/views.hpp"
 #include "reference.hpp"
 
 namespace flashattn::testing {

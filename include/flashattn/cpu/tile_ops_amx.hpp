@@ -57,7 +57,7 @@ struct TileOps<T, Lanes, Streamed, HeadDim, Isa::Amx, std::enable_if_t<is_bf16<T
     return std::max(std::size_t(Streamed) * round_up(d, amx::kDepth), std::size_t(round_up(d, amx::kRows)) * Streamed);
   }
 
-  static void load_lanes(LaneElem* qt, Acc* row_buf, const TensorView<const T>& q, index_t b, index_t h, index_t q0,
+  static void load_lanes(LaneElem* qt, Acc* /*row_buf*/, const TensorView<const T>& q, index_t b, index_t h, index_t q0,
                      int rows, int d) {
     Pairs::load_lanes(qt, q, b, h, q0, rows, d);
     const int filled = (d + 1) / 2;
