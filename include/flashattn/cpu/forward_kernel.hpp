@@ -79,7 +79,8 @@ class ForwardKernel {
     TileCache tile_cache_;
   };
 
-  // Query rows [q0, q0 + BlockQ) of head h in batch b, against all keys: the final O and LSE rows.
+  // Query rows [q0, q0 + BlockQ) of sequence `seq` (a batch entry and head), against all its keys: the final
+  // O and LSE rows.
   template <class Mask, class Accounting>
   static void run(const ForwardParams<T>& p, const Mask& mask, const SequenceInfo& seq, index_t q0, Scratch& s,
                   Accounting& acct) {
