@@ -44,9 +44,15 @@ ReferenceResult reference_attention(const TensorView<const T>& q, const TensorVi
   for (index_t b = 0; b < B; ++b) {
     for (index_t h = 0; h < H; ++h) {
       const auto head_mask = policy_for(mask, SequenceInfo{b, h, Sq, Sk});
+      using HeadMask = std::decay_t<decltype(head_mask)>;
+      // An attention sink (core/variants.hpp) is one more logit in the row's softmax, attending no value:
+      // m = max(sink, max_j s_j), l = exp(sink − m) + Σ_j exp(s_j − m), L = m + log(l); a row that keeps
+      // no key has L = sink and o = 0.
+      Calc sink = -std::numeric_limits<Calc>::infinity();
+      if constexpr (has_sink_v<HeadMask>) sink = Calc(head_mask.sink_logit());
       const index_t hk = h / group;
       for (index_t i = 0; i < Sq; ++i) {
-        Calc m = -std::numeric_limits<Calc>::infinity();
+        Calc m = sink;
         std::vector<bool> kept(static_cast<std::size_t>(Sk));
         for (index_t j = 0; j < Sk; ++j) {
           kept[std::size_t(j)] = head_mask.keep(i, j);
@@ -57,14 +63,14 @@ ReferenceResult reference_attention(const TensorView<const T>& q, const TensorVi
           Calc dot = 0;
           for (index_t c = 0; c < D; ++c) dot += Calc(q(b, i, h, c)) * Calc(k(b, j, hk, c));
           Calc x = round_to<Store>(dot) * Calc(scale);
-          if constexpr (modifies_scores_v<std::decay_t<decltype(head_mask)>>) x = Calc(head_mask.score(i, j, x));
+          if constexpr (modifies_scores_v<HeadMask>) x = Calc(head_mask.score(i, j, x));
           s[std::size_t(j)] = x;
           // A NaN score wins (std::max would drop it): a row that keeps a NaN score is NaN, even when
           // every other score it keeps is −inf (documented propagation, docs/robustness.md).
           if (x > m || x != x) m = x;
         }
         const bool any = m != -std::numeric_limits<Calc>::infinity();
-        Calc l = 0;
+        Calc l = any ? std::exp(sink - m) : Calc(0);  // 0 without a sink
         for (index_t j = 0; j < Sk; ++j) {
           s[std::size_t(j)] = kept[std::size_t(j)] && any ? std::exp(s[std::size_t(j)] - m) : Calc(0);
           l += s[std::size_t(j)];

@@ -104,62 +104,14 @@ static_assert(has_sink_v<decltype(policy_for(SinkPerHead{}, SequenceInfo{}))>);
 
 // ---- The reference ---------------------------------------------------------------------------------------
 
-// softmax over {sink} ∪ kept keys, then ·V, as reference.hpp computes attention: Calc is the type every
-// sum and product is computed in, Store the type scores, probabilities and outputs are rounded to between
-// steps. With m = max(sink, max_j s_j) and l = exp(sink − m) + Σ_j exp(s_j − m), L = m + log(l) and
-// p_j = exp(s_j − m) / l = exp(s_j − L). A row that keeps no key has L = sink and o = 0.
-template <class Calc, class Store = Calc, class Policy>
-ReferenceResult sink_reference(const TensorView<const float>& q, const TensorView<const float>& k,
-                               const TensorView<const float>& v, double scale, const Policy& policy) {
-  const index_t B = q.batch, Sq = q.seq, Sk = k.seq, H = q.heads, D = q.dim, group = q.heads / k.heads;
-  ReferenceResult r;
-  r.o.assign(std::size_t(B * Sq * H * D), 0.0);
-  r.lse.assign(std::size_t(B * H * Sq), 0.0);
-  std::vector<Calc> s(static_cast<std::size_t>(Sk)), acc(static_cast<std::size_t>(D));
-  std::vector<bool> kept(static_cast<std::size_t>(Sk));
-  for (index_t b = 0; b < B; ++b)
-    for (index_t h = 0; h < H; ++h) {
-      const auto head = policy_for(policy, SequenceInfo{b, h, Sq, Sk});
-      const Calc sink = Calc(head.sink_logit());
-      const index_t hk = h / group;
-      for (index_t i = 0; i < Sq; ++i) {
-        Calc m = sink;
-        for (index_t j = 0; j < Sk; ++j) {
-          kept[std::size_t(j)] = head.keep(i, j);
-          if (!kept[std::size_t(j)]) continue;
-          Calc dot = 0;
-          for (index_t c = 0; c < D; ++c) dot += Calc(q(b, i, h, c)) * Calc(k(b, j, hk, c));
-          const Calc x = round_to<Store>(dot) * Calc(scale);
-          s[std::size_t(j)] = x;
-          m = std::max(m, x);
-        }
-        Calc l = std::exp(sink - m);
-        for (index_t j = 0; j < Sk; ++j) {
-          s[std::size_t(j)] = kept[std::size_t(j)] ? std::exp(s[std::size_t(j)] - m) : Calc(0);
-          l += s[std::size_t(j)];
-        }
-        std::fill(acc.begin(), acc.end(), Calc(0));
-        for (index_t j = 0; j < Sk; ++j) {
-          if (!kept[std::size_t(j)]) continue;
-          const Calc pj = round_to<Store>(s[std::size_t(j)] / l);
-          for (index_t c = 0; c < D; ++c) acc[std::size_t(c)] += pj * Calc(v(b, j, hk, c));
-        }
-        for (index_t c = 0; c < D; ++c)
-          r.o[std::size_t(((b * Sq + i) * H + h) * D + c)] = double(round_to<Store>(acc[std::size_t(c)]));
-        r.lse[std::size_t((b * H + h) * Sq + i)] = double(m) + std::log(double(l));
-      }
-    }
-  return r;
-}
-
-// The tolerance rule (tolerance.hpp) against the sink reference: the output's and the LSE's max error
+// The tolerance rule (tolerance.hpp) against the reference (reference.hpp, which counts the sink): the output's and the LSE's max error
 // against fp64 at most twice that of the same computation in fp32, plus a few float ulps.
 template <class Policy>
 ::testing::AssertionResult matches_sink_reference(const TensorView<const float>& q, const TensorView<const float>& k,
                                                   const TensorView<const float>& v, const TensorView<const float>& o,
                                                   const LseView& lse, double scale, const Policy& policy) {
-  const ReferenceResult exact = sink_reference<double>(q, k, v, scale, policy);
-  const ReferenceResult naive = sink_reference<float, float>(q, k, v, scale, policy);
+  const ReferenceResult exact = reference_attention<double>(q, k, v, scale, policy);
+  const ReferenceResult naive = reference_attention<float, float>(q, k, v, scale, policy);
   const ToleranceCheck out = check_output<float>(to_double(o), naive.o, exact.o);
   const ToleranceCheck l = check_lse(to_double(lse), naive.lse, exact.lse);
   ::testing::AssertionResult result =
