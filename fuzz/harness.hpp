@@ -1,15 +1,17 @@
 // libFuzzer harness for the public forward API. Each input decodes into one call of attention_forward or
 // attention_forward_masked: scalar type, tile configuration, shapes (GQA included), layouts (BSHD, BHSD,
-// padded permutations, broadcast strides, slices of a fused QKV buffer), options, every mask policy, value
-// distributions (tiny, huge, subnormal, ties) and special values (NaN, ±inf, extremes) at chosen places.
+// padded permutations, broadcast strides, slices of a fused QKV buffer), options, every mask policy and
+// variant (score modifiers, per-head ALiBi, per-head attention sinks), value distributions (tiny, huge,
+// subnormal, ties) and special values (NaN, ±inf, extremes) at chosen places.
 // About one input in eight is turned into an invalid call by exactly one corruption (shape mismatch,
 // overlap, null data, negative stride or extent, bad scale, ...).
 //
 // What counts as a finding (reported with __builtin_trap(), besides anything the sanitizers catch):
 //   invalid call   -> anything but flashattn::InvalidArgument (a std::invalid_argument), or any write to o/lse;
 //   valid call     -> any exception; a write outside the views (padding is filled with a NaN pattern and
-//                     must keep it); a row that keeps no key not exactly 0 with LSE −inf; results that
-//                     differ between contexts of 1 and 2 threads; and, when no finite intermediate can overflow
+//                     must keep it); a row that keeps no key not exactly 0 with LSE −inf (its sink's logit,
+//                     under an attention-sink policy); results that differ between contexts of 1 and 2
+//                     threads; and, when no finite intermediate can overflow
 //                     the accumulator, a disagreement with the fp64 reference of tests/reference.hpp:
 //                       finite inputs: every output finite and max|o − ref| <= 2·max|naive − ref| + eps,
 //                       naive = the same-precision reference (FlashAttention's tolerance rule);
@@ -192,7 +194,7 @@ struct Tensor {
   }
 };
 
-enum class MaskKind { Options, Element, Softcap, SoftcapBand, Alibi, Count };
+enum class MaskKind { Options, Element, Softcap, SoftcapBand, Alibi, Sink, Count };
 
 struct Problem {
   index_t batch = 1, seq_q = 1, seq_k = 1, heads_q = 1, heads_kv = 1, dim = 1;
@@ -202,6 +204,7 @@ struct Problem {
   bool band = false;                        // for the score-mod kinds: a band (causal / window) underneath
   index_t band_left = -1, band_right = -1;  // of that band, options' convention (negative = unbounded)
   double softcap = 30.0, alibi_base = 1.0;
+  float sink = 0.0f;  // MaskKind::Sink: the sink logit of head 0 (head h adds h / 4)
   std::vector<std::uint8_t> bits;  // ElementMask, (seq_q, seq_k)
   bool want_lse = false;
 };
@@ -260,6 +263,28 @@ struct AlibiPolicy {
   }
 };
 
+// An attention sink (core/variants.hpp) on a keep-mask, one logit per head through for_head().
+template <class Base>
+struct SinkHead {
+  Base base;
+  float sink;
+  index_t kv_begin(index_t q0, index_t q1) const { return base.kv_begin(q0, q1); }
+  index_t kv_end(index_t q0, index_t q1) const { return base.kv_end(q0, q1); }
+  fa::TileKind tile(index_t q0, index_t q1, index_t k0, index_t k1) const { return base.tile(q0, q1, k0, k1); }
+  bool keep(index_t i, index_t j) const { return base.keep(i, j); }
+  float sink_logit() const { return sink; }
+};
+template <class Base>
+struct SinkPolicy {
+  Base base;
+  float sink;
+  index_t heads;
+  SinkHead<Base> for_head(index_t /*b*/, index_t h) const {
+    if (h < 0 || h >= heads) finding("for_head asked about a head outside the problem");
+    return {base, sink + float(h) / 4};
+  }
+};
+
 // Calls f(mask_for_the_library, mask_for_the_reference) with the policy the problem describes.
 template <class F>
 void with_masks(const Problem& p, F&& f) {
@@ -282,6 +307,15 @@ void with_masks(const Problem& p, F&& f) {
       const Softcap cap{p.softcap, p.seq_q, p.seq_k};
       if (p.band) return f(fa::score_mod(lib_band, cap), fa::score_mod(ref_keep(mod_band), cap));
       return f(fa::score_mod(fa::NoMask{p.seq_k}, cap), fa::score_mod(fa::NoMask{p.seq_k}, cap));
+    }
+    case MaskKind::Sink: {
+      if (p.band) {
+        using RefBase = decltype(ref_keep(mod_band));
+        return f(SinkPolicy<fa::BandMask>{lib_band, p.sink, p.heads_q},
+                 SinkPolicy<RefBase>{ref_keep(mod_band), p.sink, p.heads_q});
+      }
+      return f(SinkPolicy<fa::NoMask>{fa::NoMask{p.seq_k}, p.sink, p.heads_q},
+               SinkPolicy<fa::NoMask>{fa::NoMask{p.seq_k}, p.sink, p.heads_q});
     }
     case MaskKind::Alibi:
     default: {
@@ -470,9 +504,21 @@ void check_results(const fa::TensorView<const T>& q,
         if (any) continue;
         for (index_t c = 0; c < q.dim; ++c)
           FUZZ_CHECK(to_double(o(b, i, h, c)) == 0.0, "a row that keeps no key is not exactly 0");
-        if (!lse.empty())
+        if (lse.empty()) continue;
+        if constexpr (fa::has_sink_v<decltype(m)>) {
+          // Only the sink: LSE = sink, to the rounding of its trip through base-2 units.
+          const double sink = m.sink_logit();
+          if (std::isinf(sink)) {
+            FUZZ_CHECK(lse(b, h, i) == sink, "a row that keeps no key, with a -inf sink, does not have LSE -inf");
+          } else {
+            const double tolerance = 4 * std::numeric_limits<float>::epsilon() * std::max(1.0, std::abs(sink));
+            FUZZ_CHECK(std::abs(lse(b, h, i) - sink) <= tolerance,
+                       "a row that keeps no key does not have the sink as its LSE");
+          }
+        } else {
           FUZZ_CHECK(lse(b, h, i) == -std::numeric_limits<float>::infinity(),
                      "a row that keeps no key does not have LSE -inf");
+        }
       }
     }
   if (overflow_risk) return;
@@ -664,6 +710,8 @@ void run(FuzzedDataProvider& fdp) {
     p.softcap = kCaps[fdp.ConsumeIntegralInRange(0, 3)];
     p.alibi_base = fdp.ConsumeIntegralInRange(0, 3) * 0.5;
     p.band = p.mask == MaskKind::SoftcapBand || fdp.ConsumeBool();
+    static constexpr float kSinks[] = {-std::numeric_limits<float>::infinity(), -2.5f, 0.0f, 1.3f, 8.0f};
+    if (p.mask == MaskKind::Sink) p.sink = kSinks[fdp.ConsumeIntegralInRange(0, 4)];
     p.band_left = window();
     p.band_right = fdp.ConsumeBool() ? 0 : window();
   }

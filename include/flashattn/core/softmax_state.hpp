@@ -22,11 +22,14 @@
 namespace flashattn {
 
 // The merged state of `n` partial states of one row: state i has running max m(i), running sum l(i) and
-// unnormalised output o(i) (d elements); o_buf: d elements of scratch. Writes the normalised row through
-// out(c, value) (exactly 0 for a row that kept no key, even if a NaN reached o through a 0 weight) and
-// returns the row's LSE (natural log; −inf for a row that kept no key).
+// unnormalised output o(i) (d elements); o_buf: d elements of scratch. `sink` (base-2 units; −inf: none)
+// is an attention sink, one more state (sink, 1, o = 0) merged in when the row kept a key. Writes the
+// normalised row through out(c, value) (exactly 0 for a row that kept no key, even if a NaN reached o
+// through a 0 weight) and returns the row's LSE (natural log; for a row that kept no key the sink's, −inf
+// without one).
 template <class Acc, class MaxOf, class SumOf, class OutputOf, class Out>
-Acc merge_softmax_states(int n, int d, MaxOf&& m_of, SumOf&& l_of, OutputOf&& o_of, Acc* o_buf, Out&& out) {
+Acc merge_softmax_states(int n, int d, MaxOf&& m_of, SumOf&& l_of, OutputOf&& o_of, Acc* o_buf, Out&& out,
+                         Acc sink = -std::numeric_limits<Acc>::infinity()) {
   constexpr Acc neg_inf = -std::numeric_limits<Acc>::infinity();
   constexpr Acc ln2 = Acc(0.6931471805599453094);
   Acc m = neg_inf;
@@ -37,9 +40,11 @@ Acc merge_softmax_states(int n, int d, MaxOf&& m_of, SumOf&& l_of, OutputOf&& o_
     const Acc ms = m_of(s);
     if (ms > m || ms != ms) m = ms;  // NaN wins, so that it reaches the output
   }
+  if (any && sink > m) m = sink;  // a NaN max stays NaN
   Acc l = 0;
   for (int c = 0; c < d; ++c) o_buf[c] = Acc(0);
   if (any) {
+    l = std::exp2(sink - m);  // 0 without a sink
     for (int s = 0; s < n; ++s) {
       if (l_of(s) == Acc(0)) continue;
       const Acc w = std::exp2(m_of(s) - m);
@@ -50,7 +55,8 @@ Acc merge_softmax_states(int n, int d, MaxOf&& m_of, SumOf&& l_of, OutputOf&& o_
   }
   const Acc inv_l = l == Acc(0) ? Acc(0) : Acc(1) / l;
   for (int c = 0; c < d; ++c) out(c, inv_l == Acc(0) ? Acc(0) : o_buf[c] * inv_l);
-  return l == Acc(0) ? neg_inf : (m + std::log2(l)) * ln2;
+  if (l == Acc(0)) return any ? neg_inf : sink * ln2;
+  return (m + std::log2(l)) * ln2;
 }
 
 }  // namespace flashattn

@@ -39,6 +39,7 @@ class ForwardKernel {
   using Ops = TileOps<T, PanelQ, BlockKV, HeadDim, TileConfig::isa>;
   using Softmax = OnlineSoftmax<Acc, PanelQ, TileConfig::isa>;
   using Epilogue = ForwardEpilogue<T, Acc, PanelQ, TileConfig::isa>;
+  static constexpr Acc kLog2e = Acc(1.4426950408889634074);
   using StagedTile = typename Ops::StagedTile;
   using TileCache = StagedTileCache<StagedTile, typename Ops::StagedElem>;
 
@@ -91,7 +92,11 @@ class ForwardKernel {
     for (int g = 0; g < panels; ++g) {
       const index_t qg = q0 + g * PanelQ;
       const int rows = int(std::min<index_t>(PanelQ, seq.seq_q - qg));
-      softmax[g].finalize(s.inv_l(), s.lse());
+      if constexpr (has_sink_v<Mask>) {  // the sink joins the state at the end (online_softmax.hpp)
+        softmax[g].finalize_with_sink(s.inv_l(), s.lse(), Acc(mask.sink_logit()) * kLog2e);
+      } else {
+        softmax[g].finalize(s.inv_l(), s.lse());
+      }
       Epilogue::store_o(p.o, mask, seq, qg, rows, d, s.ot(g), s.inv_l());
       acct.write(Traffic::O, rows * d * index_t(sizeof(T)));
       if (!p.lse.empty()) {
@@ -103,7 +108,8 @@ class ForwardKernel {
 
   // The same rows against keys [kv_lo, kv_hi) only, for split-KV: writes the unnormalised O rows and the
   // softmax state (running max in base-2 units, running sum) to `part` (rows of d, rows, rows).
-  // A variant's output transform (core/variants.hpp) applies to the merged output (forward_scheduler.hpp).
+  // A variant's sink and output transform (core/variants.hpp) apply to the merged output
+  // (forward_scheduler.hpp).
   template <class Mask, class Accounting>
   static void run_partial(const ForwardParams<T>& p, const Mask& mask, const SequenceInfo& seq, index_t q0,
                           index_t kv_lo, index_t kv_hi, Scratch& s, Acc* part_o, Acc* part_m, Acc* part_l,
@@ -135,8 +141,7 @@ class ForwardKernel {
 
     // Raw scores become base-2 logits inside the softmax (exp2 instead of exp). A score modifier sees,
     // and returns, natural units scale·q·k, so then only log2(e) remains to apply.
-    constexpr Acc log2e = Acc(1.4426950408889634074);
-    const Acc score_scale = modifies_scores_v<Mask> ? log2e : Acc(p.scale) * log2e;
+    const Acc score_scale = modifies_scores_v<Mask> ? kLog2e : Acc(p.scale) * kLog2e;
 
     const bool keep_k = kStagedTileCacheBytes > 0 && Ops::keeps_qk_tiles(p.k, d);
     const bool keep_v = kStagedTileCacheBytes > 0 && Ops::keeps_pv_tiles(p.v, d);
@@ -148,11 +153,6 @@ class ForwardKernel {
       Ops::load_lanes(s.qt(g), s.row_buf(), p.q, b, h, qg, rows, d);
       acct.read(Traffic::Q, rows * row_bytes);
       std::fill(s.ot(g), s.ot(g) + std::size_t(d) * PanelQ, Acc(0));
-      // A sink is one more logit in every row's denominator, attending no value: the softmax state starts
-      // from it (m = sink, ℓ = 1) in the one key range that starts at key 0.
-      if constexpr (has_sink_v<Mask>) {
-        if (kv_lo == 0) softmax[g].start_from(Acc(mask.sink_logit()) * log2e);
-      }
     }
 
     // Clipped to the keys that exist, so that no mask policy, however written, can make us read past K/V.

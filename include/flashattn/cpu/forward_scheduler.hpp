@@ -80,12 +80,14 @@ void run_forward(int num_threads, const ForwardParams<T>& p, const Mask& mask, A
     for (index_t bh; queue.next(bh);) {
       const SequenceInfo seq = sequence_info(p.seqs, bh / p.heads(), bh % p.heads());
       const auto policy = policy_for(mask, seq);
+      Acc sink = -std::numeric_limits<Acc>::infinity();
+      if constexpr (has_sink_v<decltype(policy)>) sink = Acc(policy.sink_logit()) * Acc(1.4426950408889634074);
       for (index_t i = 0; i < seq.seq_q; ++i) {
         T* out = p.o.row(seq.batch, i, seq.head);
         const Acc lse = partials.combine(partial_row(seq, i), o_buf.data(), [&](int c, Acc value) {
           if constexpr (transforms_output_v<decltype(policy)>) value = Acc(policy.transform_output(i, c, value));
           out[c * p.o.stride_dim] = T(value);
-        });
+        }, sink);
         if (!p.lse.empty()) p.lse(seq.batch, seq.head, i) = float(lse);
       }
     }

@@ -39,13 +39,7 @@ class OnlineSoftmax {
     }
   }
 
-  // Every row starts from one logit m0 (base-2 units) already seen, with no value: an attention sink.
-  void start_from(Acc m0) {
-    for (int i = 0; i < Rows; ++i) {
-      m_[i] = m0;
-      l_[i] = Acc(1);
-    }
-  }
+
 
   // st: (cols, Rows) raw scores, overwritten with p. score_scale: c > 0 above. alpha: (Rows) rescale
   // factors for O.
@@ -67,6 +61,26 @@ class OnlineSoftmax {
         inv_l[i] = Acc(1) / l;
         lse[i] = m_[i] * ln2 + std::log(l);
       }
+    }
+  }
+
+  // finalize() with an attention sink: one more logit, `sink` (base-2 units), in every row's denominator,
+  // attending no value. It is merged in at the end, as the state (sink, 1, O = 0), so that a row that
+  // kept no key still has ℓ = 0 before it and comes out exactly 0 (a 0 weight on a non-finite V entry
+  // must not reach it), with LSE = sink.
+  void finalize_with_sink(Acc* inv_l, Acc* lse, Acc sink) const {
+    constexpr Acc ln2 = Acc(0.6931471805599453094);
+    for (int i = 0; i < Rows; ++i) {
+      if (l_[i] == Acc(0)) {
+        inv_l[i] = Acc(0);
+        lse[i] = sink * ln2;
+        continue;
+      }
+      const Acc m = m_[i] > sink || m_[i] != m_[i] ? m_[i] : sink;  // a NaN max stays NaN
+      const Acc keys = std::exp2(m_[i] - m);
+      const Acc l = l_[i] * keys + std::exp2(sink - m);
+      inv_l[i] = keys / l;
+      lse[i] = m * ln2 + std::log(l);
     }
   }
 

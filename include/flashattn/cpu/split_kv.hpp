@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <limits>
 
 #include "flashattn/core/softmax_state.hpp"
 #include "flashattn/core/views.hpp"
@@ -42,12 +43,13 @@ class SplitKvPartials {
   Acc* m(index_t split, index_t row) { return m_.data() + split * rows_ + row; }
   Acc* l(index_t split, index_t row) { return l_.data() + split * rows_ + row; }
 
-  // Merges the ranges of one row: out(c, value) receives its normalised output; returns its LSE.
+  // Merges the ranges of one row (and a sink, in base-2 units: core/softmax_state.hpp): out(c, value)
+  // receives its normalised output; returns its LSE.
   template <class Out>
-  Acc combine(index_t row, Acc* o_buf, Out&& out) {
+  Acc combine(index_t row, Acc* o_buf, Out&& out, Acc sink = -std::numeric_limits<Acc>::infinity()) {
     return merge_softmax_states<Acc>(
         int(splits_), d_, [&](int s) { return *m(s, row); }, [&](int s) { return *l(s, row); },
-        [&](int s) { return static_cast<const Acc*>(o(s, row)); }, o_buf, out);
+        [&](int s) { return static_cast<const Acc*>(o(s, row)); }, o_buf, out, sink);
   }
 
   // Bytes of the state of one row of one range (the traffic accounting's unit).
