@@ -81,7 +81,7 @@ void run_forward(int num_threads, const ForwardParams<T>& p, const Mask& mask, A
       const SequenceInfo seq = sequence_info(p.seqs, bh / p.heads(), bh % p.heads());
       const auto policy = policy_for(mask, seq);
       Acc sink = -std::numeric_limits<Acc>::infinity();
-      if constexpr (has_sink_v<decltype(policy)>) sink = Acc(policy.sink_logit()) * Acc(1.4426950408889634074);
+      if constexpr (has_sink_v<decltype(policy)>) sink = Acc(policy.sink_logit()) * Kernel::kLog2e;
       for (index_t i = 0; i < seq.seq_q; ++i) {
         T* out = p.o.row(seq.batch, i, seq.head);
         const Acc lse = partials.combine(partial_row(seq, i), o_buf.data(), [&](int c, Acc value) {
