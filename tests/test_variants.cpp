@@ -379,6 +379,29 @@ TEST(Sinks, RowsWithoutKeysStayZeroBesideNonFiniteValues) {
     }
 }
 
+// A sink far above every score scales a row's keys down to a factor of +0 (2^(m − sink) underflows): the
+// row still kept keys, so a NaN in a kept key's V must reach it (NaN propagates), while its finite
+// entries come out 0 — unlike a row that kept no key, written as exactly 0 (found by the fuzzer in CI).
+TEST(Sinks, ADominantSinkStillPropagatesNaN) {
+  for (index_t sk : {index_t(63), index_t(2048)}) {  // the second splits the keys
+    const Shape shape{1, 4, sk, 1, 1, 32};
+    Problem p(shape, 9);
+    p.v.view()(0, 0, 0, 3) = std::numeric_limits<float>::quiet_NaN();
+    const WithSink<BandMask> policy{{BandMask::window(shape.seq_q, sk, -1, -1)}, 200.0f};
+    p.run(cpu::Context<>{1}, policy);
+    const std::string what = "seq_k=" + std::to_string(sk);
+    for (index_t i = 0; i < shape.seq_q; ++i)
+      for (index_t c = 0; c < shape.dim; ++c) {
+        const float x = p.o.view()(0, i, 0, c);
+        if (c == 3) {
+          EXPECT_TRUE(std::isnan(x)) << what << " row " << i << ": " << x;
+        } else {
+          EXPECT_EQ(x, 0.0f) << what << " row " << i << " col " << c;
+        }
+      }
+  }
+}
+
 // ---- The output transform --------------------------------------------------------------------------------
 
 // The transformed call gives exactly transform(the plain call's output), element by element, and the

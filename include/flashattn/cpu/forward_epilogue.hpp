@@ -9,12 +9,14 @@
 #include "flashattn/core/variants.hpp"
 #include "flashattn/core/views.hpp"
 #include "flashattn/cpu/isa.hpp"
+#include "flashattn/cpu/online_softmax.hpp"
 #include "flashattn/cpu/transpose.hpp"
 
 namespace flashattn::cpu {
 
 template <class T, class Acc, int PanelQ, Isa isa>
 struct ForwardEpilogue {
+
   // O rows [q0, q0 + rows) = Oᵀ columns · inv_l (then the policy's output transform, if it has one). ot is
   // consumed (scaled in place when O has unit dim stride). Either way an element is T(the Acc product),
   // so both paths give the same bits.
@@ -27,7 +29,7 @@ struct ForwardEpilogue {
       for (int i = 0; i < rows; ++i) {
         T* row = o.row(b, q0 + i, h);
         for (int c = 0; c < d; ++c) {
-          const Acc x = inv_l[i] == Acc(0) ? Acc(0) : ot[c * PanelQ + i] * inv_l[i];
+          const Acc x = kept_no_key(inv_l[i]) ? Acc(0) : ot[c * PanelQ + i] * inv_l[i];
           row[c * o.stride_dim] = T(Acc(policy.transform_output(q0 + i, c, x)));
         }
       }
@@ -36,7 +38,7 @@ struct ForwardEpilogue {
     if (o.stride_dim == 1) {
       for (int c = 0; c < d; ++c) {
         Acc* col = ot + c * PanelQ;
-        for (int i = 0; i < PanelQ; ++i) col[i] = inv_l[i] == Acc(0) ? Acc(0) : col[i] * inv_l[i];
+        for (int i = 0; i < PanelQ; ++i) col[i] = kept_no_key(inv_l[i]) ? Acc(0) : col[i] * inv_l[i];
       }
       transpose<isa>(ot, PanelQ, o.row(b, q0, h), o.stride_seq, d, rows);
       return;
@@ -44,7 +46,8 @@ struct ForwardEpilogue {
     for (int i = 0; i < rows; ++i) {
       T* row = o.row(b, q0 + i, h);
       const Acc scale = inv_l[i];
-      for (int c = 0; c < d; ++c) row[c * o.stride_dim] = scale == Acc(0) ? T(0) : T(ot[c * PanelQ + i] * scale);
+      const bool none = kept_no_key(scale);
+      for (int c = 0; c < d; ++c) row[c * o.stride_dim] = none ? T(0) : T(ot[c * PanelQ + i] * scale);
     }
   }
 

@@ -24,6 +24,12 @@
 
 namespace flashattn::cpu {
 
+// Whether an inv_l of OnlineSoftmax::finalize marks a row that kept no key: −0, where +0 is a factor.
+template <class Acc>
+bool kept_no_key(Acc inv_l) {
+  return inv_l == Acc(0) && std::signbit(inv_l);
+}
+
 template <class Acc, int Rows, Isa isa>
 class OnlineSoftmax {
   using V = Simd<Acc, isa>;
@@ -49,13 +55,15 @@ class OnlineSoftmax {
     if constexpr (full < kPackets) update_group<kPackets - full>(full * W, st, cols, score_scale, alpha);
   }
 
-  // inv_l: (Rows) factors that normalise O (0 for rows that kept no key). lse: natural-log LSE per row.
+  // inv_l: (Rows) factors that normalise O; −0 marks a row that kept no key (kNoKey: its O is written as
+  // exactly 0, whatever a 0 weight times a non-finite V left in its accumulator), while +0 is a factor
+  // like any other (a sink can scale a row's keys down to it). lse: natural-log LSE per row.
   void finalize(Acc* inv_l, Acc* lse) const {
     constexpr Acc ln2 = Acc(0.6931471805599453094);
     for (int i = 0; i < Rows; ++i) {
       const Acc l = l_[i];
       if (l == Acc(0)) {
-        inv_l[i] = Acc(0);
+        inv_l[i] = kNoKey;
         lse[i] = -std::numeric_limits<Acc>::infinity();
       } else {
         inv_l[i] = Acc(1) / l;
@@ -72,7 +80,7 @@ class OnlineSoftmax {
     constexpr Acc ln2 = Acc(0.6931471805599453094);
     for (int i = 0; i < Rows; ++i) {
       if (l_[i] == Acc(0)) {
-        inv_l[i] = Acc(0);
+        inv_l[i] = kNoKey;
         lse[i] = sink * ln2;
         continue;
       }
@@ -83,6 +91,9 @@ class OnlineSoftmax {
       lse[i] = m * ln2 + std::log(l);
     }
   }
+
+  // The inv_l of a row that kept no key (tested by kept_no_key below).
+  static constexpr Acc kNoKey = -Acc(0);
 
   // The state itself, for combining partial results over several key ranges (split-KV).
   Acc running_max(int i) const { return m_[i]; }
