@@ -18,7 +18,6 @@ struct ForwardParams {
   TensorView<T> o;        // (batch, seq_q, heads_q, dim)
   LseView lse;            // (batch, heads_q, seq_q) or empty
   Layout seqs;            // per-entry query and key counts
-  index_t heads_kv = 1;
   double scale = 1.0;     // resolved: never unset here
   index_t group = 1;      // heads_q / heads_kv: query head h reads KV head h / group
 

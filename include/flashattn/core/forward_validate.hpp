@@ -71,7 +71,6 @@ ForwardParams<T> make_forward_params(const TensorView<const T>& q, const TensorV
   p.k = dense_kv(k);
   p.v = dense_kv(v);
   p.o = o;
-  p.heads_kv = k.heads;
   p.seqs = EqualLengths{q.batch, q.seq, k.seq};
   p.lse = lse;
   p.scale = scale;
