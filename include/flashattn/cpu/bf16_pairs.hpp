@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "flashattn/core/views.hpp"
+#include "flashattn/cpu/microkernel.hpp"
 #include "flashattn/cpu/simd.hpp"
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
@@ -40,7 +41,11 @@ struct Bf16DotStep {
   using LaneElem = std::uint32_t;    // a pair of bf16
   using StreamElem = std::uint16_t;  // bf16 bits
   static constexpr int W = 16;
-  static constexpr int kUnit = 2;    // one pair
+  static constexpr int kRows = 1;      // output rows per group
+  static constexpr int kLaneRows = 1;  // pair rows of Qᵀ (or Pᵀ) per depth step
+  static constexpr int kUnit = 2;      // streamed bf16 per depth step: one pair
+  template <int NJ, int NI>
+  using Accumulators = RegisterAccumulators<Bf16DotStep, NJ, NI>;
   static Reg zero() { return _mm512_setzero_ps(); }
   static Reg load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, Reg x) { _mm512_storeu_ps(p, x); }

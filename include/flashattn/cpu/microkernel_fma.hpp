@@ -12,8 +12,9 @@
 //   pv: Oᵀ[c][i] = alpha[i] · Oᵀ[c][i] + Σ_j V[j][c] · Pᵀ[j][i]    (HeadDim × Lanes, depth BlockKV)
 //
 // Each micro-kernel keeps a block of kAccumulators packets in registers: NI packets along the query rows
-// times NJ key rows (qk) or NC head-dim columns (pv), so each loaded packet feeds NJ (or NC) FMAs and each
-// broadcast feeds NI.
+// times NJ key rows (qk) or head-dim columns (pv), so each loaded packet feeds NJ FMAs and each broadcast
+// feeds NI. The loops are microkernel.hpp's skeleton: a group there is one key row (qk) or one head-dim
+// column (pv).
 
 #include <algorithm>
 #include <cstddef>
@@ -35,7 +36,11 @@ struct FmaStep {
   using LaneElem = Acc;
   using StreamElem = Acc;
   static constexpr int W = V::width;
-  static constexpr int kUnit = 1;
+  static constexpr int kRows = 1;      // output rows per group
+  static constexpr int kLaneRows = 1;  // Qᵀ (or Pᵀ) rows per depth step
+  static constexpr int kUnit = 1;      // streamed elements per depth step
+  template <int NJ, int NI>
+  using Accumulators = RegisterAccumulators<FmaStep, NJ, NI>;
   static Reg zero() { return V::zero(); }
   static Reg load(const Acc* p) { return V::load(p); }
   static void store(Acc* p, Reg x) { V::store(p, x); }
@@ -61,54 +66,24 @@ struct FmaMicroKernel {
   static constexpr int kAccumulators = is_avx512(isa) ? 16 : 12;
   static constexpr int NI = kQueryPackets % 2 == 0 ? 2 : 1;
   static constexpr int NJ = std::max(1, kAccumulators / NI);
-  static constexpr int NC = NJ;
-  using Blocked = RegisterBlocked<FmaStep<Acc, isa>, Lanes, NI>;
+  using Blocked = RegisterBlocked<FmaStep<Acc, isa>, Lanes, NI, NJ>;
 
   // st (cols, Lanes) = K(cols, d) · Qᵀ(d, Lanes). k: row-major, leading dimension k_ld.
   // `next` rows are prefetched alongside: row j of it with row j of k.
   static void qk(Acc* st, const Acc* qt, const Acc* k, index_t k_ld, int cols, int d, const PrefetchRows& next = {}) {
     const int depth = HeadDim > 0 ? HeadDim : d;
-    int j = 0;
-    for (; j + NJ <= cols; j += NJ, st += NJ * Lanes, k += NJ * k_ld) {
-      next.issue(j, j + NJ);
-      Blocked::template qk_block<NJ>(st, qt, k, k_ld, depth);
-    }
-    if (j < cols) qk_tail<NJ - 1>(cols - j, st, qt, k, k_ld, depth);
+    Blocked::template run<Start::kZero>(st, nullptr, qt, k, StreamWalk{k_ld, 1, k_ld}, cols, depth,
+                                        [&](int j0, int j1, int, int) { next.issue(j0, j1); });
   }
 
   // ot (d, Lanes) = ot · diag(alpha) + Vᵀ(d, cols) · Pᵀ(cols, Lanes). v: row-major, leading dimension v_ld.
-  // `next` rows are prefetched alongside, an equal share per block of NC columns.
+  // `next` rows are prefetched alongside, an equal share per block of NJ columns.
   static void pv(Acc* ot, const Acc* alpha, const Acc* pt, const Acc* v, index_t v_ld, int cols, int d,
                  const PrefetchRows& next = {}) {
     const int width = HeadDim > 0 ? HeadDim : d;
-    const int blocks = width / NC;
-    int c = 0;
-    for (int block = 0; c + NC <= width; c += NC, ot += NC * Lanes, v += NC, ++block) {
-      next.issue_share(block, blocks);
-      Blocked::template pv_block<NC>(ot, alpha, pt, v, v_ld, cols);
-    }
-    if (c < width) pv_tail<NC - 1>(width - c, ot, alpha, pt, v, v_ld, cols);
+    Blocked::template run<Start::kScale>(ot, alpha, pt, v, StreamWalk{1, v_ld, v_ld}, width, cols,
+                                         [&](int, int, int block, int blocks) { next.issue_share(block, blocks); });
   }
-
- private:
-  // The last rows (qk) or columns (pv) that do not fill a block: one block of exactly that many, chosen
-  // by recursion on the compile-time size, rather than one-wide blocks that would leave all but NI
-  // accumulators idle (a 6-wide block leaves 4 of 64 keys and 2 of 128 head-dim columns over on AVX2).
-  template <int nj>
-  static void qk_tail(int left, Acc* st, const Acc* qt, const Acc* k, index_t k_ld, int depth) {
-    if constexpr (nj > 1) {
-      if (left != nj) return qk_tail<nj - 1>(left, st, qt, k, k_ld, depth);
-    }
-    Blocked::template qk_block<nj>(st, qt, k, k_ld, depth);
-  }
-  template <int nc>
-  static void pv_tail(int left, Acc* ot, const Acc* alpha, const Acc* pt, const Acc* v, index_t v_ld, int cols) {
-    if constexpr (nc > 1) {
-      if (left != nc) return pv_tail<nc - 1>(left, ot, alpha, pt, v, v_ld, cols);
-    }
-    Blocked::template pv_block<nc>(ot, alpha, pt, v, v_ld, cols);
-  }
-
 };
 
 }  // namespace flashattn::cpu

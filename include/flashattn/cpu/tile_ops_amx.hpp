@@ -13,15 +13,19 @@
 //       AVX512-BF16) × 16 queries; C = 16 × 16 of Oᵀ, loaded, accumulated and stored back.
 // The reduction dimension is padded with zeros to a multiple of 32 (Qᵀ pair rows, staged K columns, Vᵀ
 // and P keys), key rows of K to a multiple of 16; Oᵀ rows past an odd head dim go through a small buffer.
-// C tiles are computed 2 × 2 at a time (4 accumulators, 2 A and 2 B tiles: all 8 registers).
+// The loops are microkernel.hpp's skeleton with the AMX step below: a group is 16 rows of the output (one
+// C tile high), a depth step one TDPBF16PS (32 bf16 of the reduction), and a block 2 × 2 C tiles (4
+// accumulators, 2 A and 2 B tiles: all 8 registers).
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "flashattn/cpu/amx.hpp"
 #include "flashattn/cpu/bf16_pairs.hpp"
+#include "flashattn/cpu/microkernel.hpp"
 #include "flashattn/cpu/tile_ops.hpp"
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
@@ -29,10 +33,65 @@
 
 namespace flashattn::cpu {
 
+namespace detail {
+// The AMX step of microkernel.hpp's skeleton. A is 16 rows of the streamed operand × 32 bf16 of the
+// reduction, B 16 pair rows of the packet operand × 16 lanes, C 16 × 16 fp32. Tile registers: C tile
+// (jj, ii) of a block in jj·NI + ii (0–3), the A tile of group jj in 4 + jj, the B tile of packet ii in
+// 6 + ii; a block is at most 2 × 2.
+struct AmxStep {
+  using Acc = float;
+  using LaneElem = std::uint32_t;    // a pair of bf16
+  using StreamElem = std::uint16_t;  // bf16 bits
+  static constexpr int W = amx::kRows;           // lanes per C tile
+  static constexpr int kRows = amx::kRows;       // output rows per group: one C tile high
+  static constexpr int kLaneRows = amx::kRows;   // pair rows of B per depth step
+  static constexpr int kUnit = amx::kDepth;      // streamed bf16 per depth step
+
+  template <int NJ, int NI>
+  struct Accumulators {
+    static_assert(NJ >= 1 && NJ <= 2 && NI >= 1 && NI <= 2, "a block uses at most 4 C, 2 A and 2 B tiles");
+
+    void zero() {
+      for_tiles([](auto jj, auto ii) { amx::zero<c_tile(decltype(jj)::value, decltype(ii)::value)>(); });
+    }
+    void load(const Acc* out, index_t ld) {
+      for_tiles([&](auto jj, auto ii) { amx::load<c_tile(decltype(jj)::value, decltype(ii)::value)>(c_address(out, ld, jj, ii), bytes(ld)); });
+    }
+    void store(Acc* out, index_t ld) const {
+      for_tiles([&](auto jj, auto ii) { amx::store<c_tile(decltype(jj)::value, decltype(ii)::value)>(c_address(out, ld, jj, ii), bytes(ld)); });
+    }
+    void madd(const LaneElem* lanes, index_t lanes_ld, const StreamElem* stream, StreamWalk walk) {
+      amx::load<4>(stream, walk.ld * sizeof(StreamElem));
+      if constexpr (NJ > 1) amx::load<5>(stream + walk.group, walk.ld * sizeof(StreamElem));
+      amx::load<6>(lanes, bytes(lanes_ld));
+      if constexpr (NI > 1) amx::load<7>(lanes + W, bytes(lanes_ld));
+      for_tiles([](auto jj, auto ii) { constexpr int j = decltype(jj)::value, i = decltype(ii)::value;
+        amx::dp_bf16<c_tile(j, i), 4 + j, 6 + i>();; });
+    }
+
+   private:
+    static constexpr int c_tile(int jj, int ii) { return jj * NI + ii; }
+    static std::size_t bytes(index_t ld) { return std::size_t(ld) * sizeof(Acc); }
+    template <class P>
+    static P* c_address(P* out, index_t ld, int jj, int ii) { return out + jj * kRows * ld + ii * W; }
+    // f(jj, ii) for every C tile, with jj and ii as std::integral_constant (register numbers are immediates).
+    template <class F>
+    static void for_tiles(F&& f) { each(f, std::make_index_sequence<NJ * NI>{}); }
+    template <class F, std::size_t... t>
+    static void each(F& f, std::index_sequence<t...>) {
+      (f(std::integral_constant<int, int(t) / NI>{}, std::integral_constant<int, int(t) % NI>{}), ...);
+    }
+  };
+};
+}  // namespace detail
+
 template <class T, int Lanes, int Streamed, int HeadDim>
 struct TileOps<T, Lanes, Streamed, HeadDim, Isa::Amx, std::enable_if_t<is_bf16<T>>> {
  private:
   using Pairs = Bf16Pairs<T, Lanes>;
+  // Two C tiles along the lanes when they split evenly, and two groups of 16 output rows.
+  static constexpr int NI = (Lanes / amx::kRows) % 2 == 0 ? 2 : 1;
+  using Blocked = RegisterBlocked<detail::AmxStep, Lanes, NI, 2>;
 
  public:
   using Acc = float;
@@ -108,44 +167,31 @@ struct TileOps<T, Lanes, Streamed, HeadDim, Isa::Amx, std::enable_if_t<is_bf16<T
   // st (cols, Lanes) = raw scores K·Qᵀ; rows up to cols rounded to 16 are written (zero for padding keys).
   static void qk(Acc* st, const LaneElem* qt, StagedTile k, int cols, int d, const PrefetchRows& = {}) {
     const int depth = HeadDim > 0 ? HeadDim : d;
-    const std::size_t a_stride = std::size_t(k.ld) * sizeof(StagedElem), bc_stride = Lanes * sizeof(Acc);
-    for_blocks((cols + amx::kRows - 1) / amx::kRows, [&](auto mi, auto ni, int m, int n) {
-      tile_block<decltype(mi)::value, decltype(ni)::value>(reinterpret_cast<char*>(st + m * amx::kRows * Lanes + n * amx::kRows), bc_stride, false,
-                         reinterpret_cast<const char*>(k.data + m * amx::kRows * k.ld), a_stride,
-                         reinterpret_cast<const char*>(qt + n * amx::kRows), bc_stride,
-                         round_up(depth, amx::kDepth) / amx::kDepth);
-    });
+    Blocked::template run<Start::kZero>(st, nullptr, qt, k.data, StreamWalk{amx::kRows * k.ld, amx::kDepth, k.ld},
+                                        (cols + amx::kRows - 1) / amx::kRows, round_up(depth, amx::kDepth) / amx::kDepth);
   }
 
   // ot (d, Lanes) = ot · diag(alpha) + Vᵀ·Pᵀ. pt (cols, Lanes) fp32 probabilities, packed to pairs in place.
   static void pv(Acc* ot, const Acc* alpha, Acc* pt, StagedTile v, int cols, int d, const PrefetchRows& = {}) {
     const int width = HeadDim > 0 ? HeadDim : d;
-    rescale(ot, alpha, width);
+    rescale(ot, alpha, width);  // the tile unit cannot scale its accumulators: the blocks start kLoad
     Pairs::pack_p_pairs(pt, cols);
     const int keys = round_up(cols, amx::kDepth);
     std::fill(reinterpret_cast<LaneElem*>(pt) + std::size_t(Pairs::pairs(cols)) * Lanes,
               reinterpret_cast<LaneElem*>(pt) + std::size_t(keys / 2) * Lanes, LaneElem(0));
 
-    const std::size_t a_stride = std::size_t(v.ld) * sizeof(StagedElem), bc_stride = Lanes * sizeof(Acc);
-    const char* p2 = reinterpret_cast<const char*>(pt);
+    const LaneElem* p2 = reinterpret_cast<const LaneElem*>(pt);
+    const StreamWalk walk{amx::kRows * v.ld, amx::kDepth, v.ld};
     const int steps = keys / amx::kDepth;
     const int whole = width / amx::kRows;  // Oᵀ row tiles inside ot; a partial one goes through `last`
-    for_blocks(whole, [&](auto mi, auto ni, int m, int n) {
-      tile_block<decltype(mi)::value, decltype(ni)::value>(reinterpret_cast<char*>(ot + m * amx::kRows * Lanes + n * amx::kRows), bc_stride, true,
-                         reinterpret_cast<const char*>(v.data + m * amx::kRows * v.ld), a_stride,
-                         p2 + n * amx::kRowBytes, bc_stride, steps);
-    });
+    Blocked::template run<Start::kLoad>(ot, nullptr, p2, v.data, walk, whole, steps);
     if (const int left = width - whole * amx::kRows; left > 0) {
-      alignas(64) Acc last[amx::kRows][amx::kRows];
-      for (int n = 0; n < Lanes / amx::kRows; ++n) {
-        Acc* o = ot + whole * amx::kRows * Lanes + n * amx::kRows;
-        for (int r = 0; r < amx::kRows; ++r)
-          for (int i = 0; i < amx::kRows; ++i) last[r][i] = r < left ? o[r * Lanes + i] : Acc(0);
-        tile_block<1, 1>(reinterpret_cast<char*>(last), amx::kRowBytes, true,
-                         reinterpret_cast<const char*>(v.data + whole * amx::kRows * v.ld), a_stride,
-                         p2 + n * amx::kRowBytes, bc_stride, steps);
-        for (int r = 0; r < left; ++r) std::memcpy(o + r * Lanes, last[r], sizeof last[r]);
-      }
+      alignas(64) Acc last[amx::kRows][Lanes];
+      Acc* o = ot + std::size_t(whole) * amx::kRows * Lanes;
+      for (int r = 0; r < amx::kRows; ++r)
+        for (int i = 0; i < Lanes; ++i) last[r][i] = r < left ? o[r * Lanes + i] : Acc(0);
+      Blocked::template block<1, Start::kLoad>(&last[0][0], nullptr, p2, v.data + whole * walk.group, walk, steps);
+      for (int r = 0; r < left; ++r) std::memcpy(o + r * Lanes, last[r], sizeof last[r]);
     }
   }
 
@@ -164,61 +210,6 @@ struct TileOps<T, Lanes, Streamed, HeadDim, Isa::Amx, std::enable_if_t<is_bf16<T
         Acc* o = ot + c * Lanes + i;
         _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_loadu_ps(o), _mm512_loadu_ps(alpha + i)));
       }
-  }
-
-  // Calls f(mi, ni, m, n) for every block of C tiles: rows m..m+mi of m_tiles, query tiles n..n+ni, with
-  // mi, ni ∈ {1, 2} as std::integral_constant (the tile registers are compile-time).
-  template <class F>
-  static void for_blocks(int m_tiles, F&& f) {
-    constexpr int n_tiles = Lanes / amx::kRows;
-    using One = std::integral_constant<int, 1>;
-    using Two = std::integral_constant<int, 2>;
-    int m = 0;
-    for (; m + 2 <= m_tiles; m += 2) {
-      int n = 0;
-      for (; n + 2 <= n_tiles; n += 2) f(Two{}, Two{}, m, n);
-      if (n < n_tiles) f(Two{}, One{}, m, n);
-    }
-    if (m < m_tiles) {
-      int n = 0;
-      for (; n + 2 <= n_tiles; n += 2) f(One{}, Two{}, m, n);
-      if (n < n_tiles) f(One{}, One{}, m, n);
-    }
-  }
-
-  // C (MI × NI tiles at c, rows c_stride bytes apart, tile (mi, ni) at mi·16 rows and ni·64 bytes)
-  // (+)= Σ_s A(mi, s) · B(s, ni), where A(mi, s) starts mi·16 rows and s·64 bytes into a and B(s, ni)
-  // s·16 rows and ni·64 bytes into b. Registers: C 0–3 (2·mi + ni), A 4–5, B 6–7.
-  template <int MI, int NI>
-  static void tile_block(char* c, std::size_t c_stride, bool accumulate, const char* a, std::size_t a_stride,
-                         const char* b, std::size_t b_stride, int steps) {
-    char* const c1 = c + amx::kRows * c_stride;
-    if (accumulate) {
-      amx::load<0>(c, c_stride);
-      if constexpr (NI > 1) amx::load<1>(c + amx::kRowBytes, c_stride);
-      if constexpr (MI > 1) amx::load<2>(c1, c_stride);
-      if constexpr (MI > 1 && NI > 1) amx::load<3>(c1 + amx::kRowBytes, c_stride);
-    } else {
-      amx::zero<0>();
-      if constexpr (NI > 1) amx::zero<1>();
-      if constexpr (MI > 1) amx::zero<2>();
-      if constexpr (MI > 1 && NI > 1) amx::zero<3>();
-    }
-    const char* a1 = a + amx::kRows * a_stride;
-    for (int s = 0; s < steps; ++s, a += amx::kRowBytes, a1 += amx::kRowBytes, b += amx::kRows * b_stride) {
-      amx::load<4>(a, a_stride);
-      if constexpr (MI > 1) amx::load<5>(a1, a_stride);
-      amx::load<6>(b, b_stride);
-      if constexpr (NI > 1) amx::load<7>(b + amx::kRowBytes, b_stride);
-      amx::dp_bf16<0, 4, 6>();
-      if constexpr (NI > 1) amx::dp_bf16<1, 4, 7>();
-      if constexpr (MI > 1) amx::dp_bf16<2, 5, 6>();
-      if constexpr (MI > 1 && NI > 1) amx::dp_bf16<3, 5, 7>();
-    }
-    amx::store<0>(c, c_stride);
-    if constexpr (NI > 1) amx::store<1>(c + amx::kRowBytes, c_stride);
-    if constexpr (MI > 1) amx::store<2>(c1, c_stride);
-    if constexpr (MI > 1 && NI > 1) amx::store<3>(c1 + amx::kRowBytes, c_stride);
   }
 };
 

@@ -37,8 +37,7 @@ struct TileOps<T, Lanes, Streamed, HeadDim, Isa::Avx512Bf16, std::enable_if_t<is
   static_assert(Lanes % W == 0, "Lanes must be a multiple of 16 for the bf16 kernels");
   static constexpr int NI = kQueryPackets % 2 == 0 ? 2 : 1;
   static constexpr int NJ = 16 / NI;
-  static constexpr int NC = NJ;
-  using Blocked = RegisterBlocked<detail::Bf16DotStep, Lanes, NI>;
+  using Blocked = RegisterBlocked<detail::Bf16DotStep, Lanes, NI, NJ>;
   using Pairs = Bf16Pairs<T, Lanes>;
   static int pairs(int n) { return Pairs::pairs(n); }
 
@@ -116,26 +115,18 @@ struct TileOps<T, Lanes, Streamed, HeadDim, Isa::Avx512Bf16, std::enable_if_t<is
   // st (cols, Lanes) = raw scores K·Qᵀ.
   static void qk(Acc* st, const LaneElem* qt, StagedTile k, int cols, int d, const PrefetchRows& next = {}) {
     const int d2 = HeadDim > 0 ? (HeadDim + 1) / 2 : pairs(d);
-    int j = 0;
-    for (; j + NJ <= cols; j += NJ, st += NJ * Lanes, k.data += NJ * k.ld) {
-      next.issue(j, j + NJ);
-      Blocked::template qk_block<NJ>(st, qt, k.data, k.ld, d2);
-    }
-    for (; j < cols; ++j, st += Lanes, k.data += k.ld) Blocked::template qk_block<1>(st, qt, k.data, k.ld, d2);
+    Blocked::template run<Start::kZero>(st, nullptr, qt, k.data, StreamWalk{k.ld, 2, k.ld}, cols, d2,
+                                        [&](int j0, int j1, int, int) { next.issue(j0, j1); });
   }
 
   // ot (d, Lanes) = ot · diag(alpha) + Vᵀ·Pᵀ. pt (cols, Lanes) fp32 probabilities, packed to pairs in place.
   static void pv(Acc* ot, const Acc* alpha, Acc* pt, StagedTile v, int cols, int d, const PrefetchRows& next = {}) {
     next.issue(0, next.rows);  // the V staging already streamed this tile; the next K tile goes in one go
     Pairs::pack_p_pairs(pt, cols);
-    const LaneElem* p2 = reinterpret_cast<const LaneElem*>(pt);
     const int width = HeadDim > 0 ? HeadDim : d;
-    const int cols2 = pairs(cols);
-    int c = 0;
-    const StagedElem* v_col = v.data;  // pair column c of the staged V
-    for (; c + NC <= width; c += NC, ot += NC * Lanes, v_col += 2 * NC)
-      Blocked::template pv_block<NC>(ot, alpha, p2, v_col, v.ld, cols2);
-    for (; c < width; ++c, ot += Lanes, v_col += 2) Blocked::template pv_block<1>(ot, alpha, p2, v_col, v.ld, cols2);
+    // A group is one head-dim column c: its pair (V[2q][c], V[2q+1][c]) for depth step q lies at 2c + q·ld.
+    Blocked::template run<Start::kScale>(ot, alpha, reinterpret_cast<const LaneElem*>(pt), v.data,
+                                         StreamWalk{2, v.ld, v.ld}, width, pairs(cols));
   }
 
 };
