@@ -6,6 +6,7 @@
 // docs/architecture.md shows how the headers are layered.
 
 #include "flashattn/backward.hpp"
+#include "flashattn/combine.hpp"
 #include "flashattn/core/errors.hpp"
 #include "flashattn/core/masks.hpp"
 #include "flashattn/core/options.hpp"

@@ -8,7 +8,7 @@ Layers, lowest first (a header may include its own layer and those below):
     core/, instrument/      backend-neutral: views, options, params, validation, masks, variants, ...
     cpu/                    the CPU backend
     reference/              the naive Eigen reference (a baseline, not part of the fast path)
-    forward.hpp, backward.hpp, eigen.hpp, flashattn.hpp, version.hpp   the public entry points
+    forward.hpp, backward.hpp, combine.hpp, eigen.hpp, flashattn.hpp, version.hpp   the public entry points
 Exits 1 with one line per violation.
 """
 import pathlib

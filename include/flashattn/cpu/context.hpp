@@ -32,6 +32,10 @@ struct Context {
   // depend on it: every count gives the same bits.
   int num_threads = 0;
 
+  // Calls of at most 16 query rows per sequence (decoding) run the decode kernel (decode_kernel.hpp); false
+  // sends them through the prefill kernel instead, as before 0.3 (for comparisons).
+  bool decode_kernel = true;
+
   using Tiles = TileChoice;  // AutoTiles, or a cpu::Tiles<...> configuration
 };
 

@@ -28,6 +28,16 @@ void forward_with_head_dim(const Context<TileConfig>& ctx, const ForwardParams<T
       throw InvalidArgument("tiles: the instruction set is Isa::Amx, but this CPU or operating system does not "
                             "allow AMX tile instructions (use AutoTiles to pick the best usable path)");
   }
+  if (ctx.decode_kernel && DecodeKernel<T, 0, TileConfig::isa>::takes(p.seqs.max_q_len())) {
+    switch (p.head_dim()) {
+      case 64:
+        return run_decode<T, TileConfig, 64>(ctx.num_threads, p, mask, acct);
+      case 128:
+        return run_decode<T, TileConfig, 128>(ctx.num_threads, p, mask, acct);
+      default:
+        return run_decode<T, TileConfig, 0>(ctx.num_threads, p, mask, acct);
+    }
+  }
   switch (p.head_dim()) {
     case 64:
       return run_forward<T, TileConfig, 64>(ctx.num_threads, p, mask, acct);
@@ -39,8 +49,12 @@ void forward_with_head_dim(const Context<TileConfig>& ctx, const ForwardParams<T
 }
 
 template <class TileConfig, class T, class Mask, class Accounting>
-void forward_with_tiles(int threads, const ForwardParams<T>& p, const Mask& mask, Accounting& acct) {
-  forward_with_head_dim(Context<TileConfig>{threads}, p, mask, acct);
+void forward_with_tiles(const Context<AutoTiles>& auto_ctx, const ForwardParams<T>& p, const Mask& mask,
+                        Accounting& acct) {
+  Context<TileConfig> ctx;
+  ctx.num_threads = auto_ctx.num_threads;
+  ctx.decode_kernel = auto_ctx.decode_kernel;
+  forward_with_head_dim(ctx, p, mask, acct);
 }
 
 }  // namespace detail
@@ -56,18 +70,18 @@ void dispatch_forward(const Context<TileChoice>& ctx, const ForwardParams<T>& p,
                       Accounting& acct) {
   if constexpr (std::is_same_v<TileChoice, AutoTiles>) {
     if constexpr (is_bf16<T> && is_compiled(Isa::Amx)) {
-      if (amx::usable()) return detail::forward_with_tiles<AmxTiles<T>>(ctx.num_threads, p, mask, acct);
+      if (amx::usable()) return detail::forward_with_tiles<AmxTiles<T>>(ctx, p, mask, acct);
     }
     if constexpr (std::is_same_v<Mask, NoMaskEachSequence>) {
       if (tall_query_blocks()) {
         if constexpr (std::is_same_v<T, float>) {
           if (kv_head_exceeds_l2(p.seqs.max_kv_len(), p.head_dim(), sizeof(float)))
-            return detail::forward_with_tiles<TallerTiles<T>>(ctx.num_threads, p, mask, acct);
+            return detail::forward_with_tiles<TallerTiles<T>>(ctx, p, mask, acct);
         }
-        return detail::forward_with_tiles<TallTiles<T>>(ctx.num_threads, p, mask, acct);
+        return detail::forward_with_tiles<TallTiles<T>>(ctx, p, mask, acct);
       }
     }
-    return detail::forward_with_tiles<DefaultTiles<T>>(ctx.num_threads, p, mask, acct);
+    return detail::forward_with_tiles<DefaultTiles<T>>(ctx, p, mask, acct);
   } else {
     return detail::forward_with_head_dim(ctx, p, mask, acct);
   }

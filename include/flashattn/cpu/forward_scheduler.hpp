@@ -2,7 +2,7 @@
 // The CPU forward's scheduler: runs forward programs (forward_kernel.hpp) over the whole problem on the
 // worker threads. Work items are (batch, head, query block) (work_items.hpp). When there are too few to
 // keep many cores busy, the keys are split into ranges as well and the partial results merged
-// (split_kv.hpp).
+// (split_kv.hpp). Calls with few query rows (decoding) run the decode kernel instead (run_decode below).
 
 #include <algorithm>
 #include <limits>
@@ -10,6 +10,7 @@
 #include "flashattn/core/forward_params.hpp"
 #include "flashattn/core/sequence.hpp"
 #include "flashattn/core/variants.hpp"
+#include "flashattn/cpu/decode_kernel.hpp"
 #include "flashattn/cpu/forward_kernel.hpp"
 #include "flashattn/cpu/parallel.hpp"
 #include "flashattn/cpu/split_kv.hpp"
@@ -26,6 +27,36 @@ int worker_count(const ForwardParams<T>& p, int requested) {
   const double flops = 4.0 * double(p.batch()) * double(p.heads()) * double(p.seqs.max_q_len()) *
                        double(p.seqs.max_kv_len()) * double(p.head_dim());
   return int(std::max(1.0, std::min(double(requested), flops / kMinFlopsPerThread)));
+}
+
+// The last step of a split call: each row's key ranges merged (split_kv.hpp) into its O row (through the
+// policy's output transform, with its sink) and LSE. partial_row(seq, i): the partials' row of query i.
+template <class Kernel, class T, class Mask, class PartialRow, class Accounting>
+void write_merged_rows(int threads, const ForwardParams<T>& p, const Mask& mask,
+                       SplitKvPartials<typename Kernel::Acc>& partials, PartialRow&& partial_row, Accounting& acct) {
+  using Acc = typename Kernel::Acc;
+  const int d = int(p.head_dim());
+  const index_t rows_per_head = p.seqs.total_q();
+  run_workers(p.batch() * p.heads(), threads, [&](WorkQueue& queue) {
+    AlignedBuffer<Acc> o_buf{std::size_t(d)};
+    for (index_t bh; queue.next(bh);) {
+      const SequenceInfo seq = sequence_info(p.seqs, bh / p.heads(), bh % p.heads());
+      const auto policy = policy_for(mask, seq);
+      Acc sink = -std::numeric_limits<Acc>::infinity();
+      if constexpr (has_sink_v<decltype(policy)>) sink = Acc(policy.sink_logit()) * Kernel::kLog2e;
+      for (index_t i = 0; i < seq.seq_q; ++i) {
+        T* out = p.o.row(seq.batch, i, seq.head);
+        const Acc lse = partials.combine(partial_row(seq, i), o_buf.data(), [&](int c, Acc value) {
+          if constexpr (transforms_output_v<decltype(policy)>) value = Acc(policy.transform_output(i, c, value));
+          out[c * p.o.stride_dim] = T(value);
+        }, sink);
+        if (!p.lse.empty()) p.lse(seq.batch, seq.head, i) = float(lse);
+      }
+    }
+  });
+  acct.read(Traffic::Partial, partials.splits() * p.heads() * rows_per_head * partials.row_bytes(d));
+  acct.write(Traffic::O, p.heads() * rows_per_head * d * index_t(sizeof(T)));
+  if (!p.lse.empty()) acct.write(Traffic::Lse, p.heads() * rows_per_head * index_t(sizeof(float)));
 }
 
 // num_threads: the context's (0: the default).
@@ -75,26 +106,54 @@ void run_forward(int num_threads, const ForwardParams<T>& p, const Mask& mask, A
     }
   });
 
-  run_workers(p.batch() * p.heads(), threads, [&](WorkQueue& queue) {
-    AlignedBuffer<Acc> o_buf{std::size_t(d)};
-    for (index_t bh; queue.next(bh);) {
-      const SequenceInfo seq = sequence_info(p.seqs, bh / p.heads(), bh % p.heads());
-      const auto policy = policy_for(mask, seq);
-      Acc sink = -std::numeric_limits<Acc>::infinity();
-      if constexpr (has_sink_v<decltype(policy)>) sink = Acc(policy.sink_logit()) * Kernel::kLog2e;
-      for (index_t i = 0; i < seq.seq_q; ++i) {
-        T* out = p.o.row(seq.batch, i, seq.head);
-        const Acc lse = partials.combine(partial_row(seq, i), o_buf.data(), [&](int c, Acc value) {
-          if constexpr (transforms_output_v<decltype(policy)>) value = Acc(policy.transform_output(i, c, value));
-          out[c * p.o.stride_dim] = T(value);
-        }, sink);
-        if (!p.lse.empty()) p.lse(seq.batch, seq.head, i) = float(lse);
-      }
+  write_merged_rows<Kernel>(threads, p, mask, partials, partial_row, acct);
+}
+
+// The decode path (decode_kernel.hpp), for calls of at most DecodeKernel::kRows query rows per sequence.
+// Work items are (batch entry, KV head, chunk of its query heads, key range): a chunk packs as many query
+// heads of the group as the kernel's rows hold, so K and V are read once per chunk (once per group when
+// seq_q · group ≤ kRows). Decoding is bound by reading K and V, so the work is cut by bytes:
+//  - key ranges: decode_splits (a function of the shape only, never of the thread count, so that every
+//    thread count gives the same bits): enough items for dynamic balance, ranges of at least kMinBytes;
+//  - threads: one per kMinBytes of K/V read at least (starting a thread costs more than reading less).
+// Every program leaves partial states; write_merged_rows then merges each row's ranges.
+template <class T, class TileConfig, int HeadDim, class Mask, class Accounting = NoAccounting>
+void run_decode(int num_threads, const ForwardParams<T>& p, const Mask& mask, Accounting& acct) {
+  using Kernel = DecodeKernel<T, HeadDim, TileConfig::isa>;
+  using Acc = typename Kernel::Acc;
+  constexpr index_t kMinBytes = index_t(256) << 10;
+  const int d = int(p.head_dim());
+  const index_t heads_kv = p.heads() / p.group;
+  const index_t per_program = Kernel::heads_per_program(p.seqs.max_q_len(), p.group);
+  const index_t chunks = WorkGrid::blocks_of(p.group, int(per_program));
+  const index_t items = p.batch() * heads_kv * chunks;
+  const index_t key_bytes = 2 * d * index_t(sizeof(T));  // one key's K and V row
+  const index_t splits = decode_splits(items, p.seqs.max_kv_len(), Kernel::BlockKV, kMinBytes / key_bytes);
+  const index_t range =
+      WorkGrid::blocks_of(WorkGrid::blocks_of(p.seqs.max_kv_len(), Kernel::BlockKV), int(splits)) * Kernel::BlockKV;
+
+  const double bytes = double(items) * double(p.seqs.max_kv_len()) * double(key_bytes);
+  const int requested = num_threads > 0 ? num_threads : default_num_threads();
+  const int threads = int(std::max(1.0, std::min({double(requested), double(items * splits), bytes / kMinBytes})));
+
+  const index_t rows_per_head = p.seqs.total_q();
+  SplitKvPartials<Acc> partials(splits, p.heads() * rows_per_head, d);
+  run_workers(items * splits, threads, [&](WorkQueue& queue) {
+    typename Kernel::Scratch scratch(d);
+    for (index_t i; queue.next(i);) {
+      const index_t split = i % splits, item = i / splits;
+      const index_t chunk = item % chunks, bh_kv = item / chunks;
+      const index_t b = bh_kv / heads_kv, h0 = (bh_kv % heads_kv) * p.group + chunk * per_program;
+      const int heads = int(std::min(per_program, (bh_kv % heads_kv + 1) * p.group - h0));
+      Kernel::run(p, mask, b, h0, heads, split * range, (split + 1) * range, scratch, partials, split,
+                  [&](index_t h, index_t q) { return h * rows_per_head + p.seqs.q_row(b, q); }, acct);
     }
   });
-  acct.read(Traffic::Partial, splits * p.heads() * rows_per_head * partials.row_bytes(d));
-  acct.write(Traffic::O, p.heads() * rows_per_head * d * index_t(sizeof(T)));
-  if (!p.lse.empty()) acct.write(Traffic::Lse, p.heads() * rows_per_head * index_t(sizeof(float)));
+  write_merged_rows<Kernel>(threads, p, mask, partials,
+                            [&](const SequenceInfo& seq, index_t q) {
+                              return seq.head * rows_per_head + p.seqs.q_row(seq.batch, q);
+                            },
+                            acct);
 }
 
 }  // namespace flashattn::cpu

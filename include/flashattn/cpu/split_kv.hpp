@@ -24,6 +24,16 @@ inline index_t kv_splits(index_t items, index_t seq_k, int block_kv) {
   return std::max<index_t>(1, std::min((kTargetItems + items - 1) / items, max_splits));
 }
 
+// Key ranges for the decode path (forward_scheduler.hpp's run_decode), also a function of the shape only:
+// up to kTargetItems work items, and ranges of at least min_keys keys (whole tiles of block_kv).
+inline index_t decode_splits(index_t items, index_t seq_k, int block_kv, index_t min_keys) {
+  constexpr index_t kTargetItems = 64;
+  if (items >= kTargetItems) return 1;
+  const index_t tiles = (seq_k + block_kv - 1) / block_kv;
+  const index_t min_tiles = std::max<index_t>(1, (min_keys + block_kv - 1) / block_kv);
+  return std::max<index_t>(1, std::min((kTargetItems + items - 1) / items, tiles / min_tiles));
+}
+
 // The partial states of `splits` key ranges for `rows` rows of d columns, indexed [split][row]: each
 // row's unnormalised output (d elements), running max (base-2 units) and running sum.
 template <class Acc>

@@ -1,0 +1,382 @@
+#pragma once
+// One decode program: the few query rows of a decoding step (seq_q ≤ kRows, one token or a speculative
+// handful) of the query heads of one GQA group, packed as the rows of one tile, against a range of keys
+// of their shared KV head. Decoding is bound by reading K and V, not by arithmetic: each K/V element
+// feeds only (rows) multiply-adds. So the program reads each K/V byte of its range once for all the rows
+// it packs (a whole GQA group when kRows holds it), and it has no padding waste: the prefill kernel
+// (forward_kernel.hpp) would compute a single query row as a full panel of PanelQ rows.
+//
+// The layout turns around for it. The prefill kernel holds query rows in vector lanes and broadcasts K
+// and V elements; here the vectors run along the head dim:
+//   qk: S[r][j] = Σ_c Q[r][c] · K[j][c]   dot products of a staged Q row with a K row, kRowBlock rows ×
+//       kKeyBlock keys per register block, each block's partial sums reduced across lanes at the end;
+//   pv: O[r][c] = alpha[r] · O[r][c] + Σ_j P[r][j] · V[j][c]   V rows as vectors, P elements broadcast.
+// The scores are stored transposed, Sᵀ[j][r] with kRows lanes, so that online_softmax.hpp runs unchanged
+// (rows past the packed ones are idle lanes: cheap next to the K/V work, since they cost per key, not per
+// K/V element).
+//
+// K and V rows are read in place, 16-bit ones widened as they are loaded, when their dim stride is 1 and
+// d a whole number of packets; else each tile is converted into a padded Acc buffer first. The program leaves each
+// row's unnormalised output and softmax state in a SplitKvPartials buffer; the scheduler merges a row's
+// key ranges and writes O and the LSE (forward_scheduler.hpp), so sinks and output transforms are applied
+// there, once per row.
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <limits>
+#include <optional>
+#include <type_traits>
+
+#include "flashattn/core/forward_params.hpp"
+#include "flashattn/core/masks.hpp"
+#include "flashattn/core/sequence.hpp"
+#include "flashattn/core/variants.hpp"
+#include "flashattn/cpu/aligned_buffer.hpp"
+#include "flashattn/cpu/convert.hpp"
+#include "flashattn/cpu/online_softmax.hpp"
+#include "flashattn/cpu/simd.hpp"
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+#include "flashattn/cpu/split_kv.hpp"
+#include "flashattn/cpu/tiles.hpp"
+#include "flashattn/instrument/accounting.hpp"
+
+namespace flashattn::cpu {
+
+// Rows of K or V to bring towards L1 while other rows are computed on: decoding streams K and V once, and
+// the hardware prefetchers alone leave the memory idle while a tile is being computed on. Always on here
+// (unlike prefetch.hpp's, which the compute-bound prefill kernel leaves off by default).
+struct StreamAhead {
+  const char* base = nullptr;
+  index_t stride_bytes = 0;
+  int rows = 0, row_bytes = 0;
+  void issue(int r0, int r1) const {
+#if defined(__SSE__)
+    for (int r = r0; r < r1 && r < rows; ++r)
+      for (int off = 0; off < row_bytes; off += 64) _mm_prefetch(base + r * stride_bytes + off, _MM_HINT_T0);
+#else
+    (void)r0;
+    (void)r1;
+#endif
+  }
+};
+
+template <class T, int HeadDim, Isa isa>
+class DecodeKernel {
+ public:
+  using Acc = acc_t<T>;
+  using V = Simd<Acc, isa>;
+  using Reg = typename V::Reg;
+  static constexpr int W = V::width;
+  static constexpr int kRows = 16;    // packed query rows per program: the lanes of Sᵀ
+  static constexpr int BlockKV = 64;  // keys per tile
+  // Register blocks: qk keeps kRowBlock × kKeyBlock dot products, pv kRowBlock rows × kPackets packets of O.
+  // 16 accumulators plus their operands fit AVX-512's 32 registers; AVX2's 16 take half the keys (packets).
+  static constexpr int kRowBlock = 4;
+  static constexpr int kKeyBlock = is_avx512(isa) ? 4 : 2;
+  static constexpr int kPackets = is_avx512(isa) ? 4 : 2;
+  static constexpr Acc kLog2e = Acc(1.4426950408889634074);
+  using Softmax = OnlineSoftmax<Acc, kRows, isa>;
+  static_assert(kRows % W == 0, "kRows must be a whole number of packets");
+
+  // Whether a call's query rows are few enough for this kernel.
+  static constexpr bool takes(index_t seq_q) { return seq_q >= 1 && seq_q <= kRows; }
+  // Query heads a program packs: as many whole heads of one group as kRows rows hold (at least one).
+  static index_t heads_per_program(index_t seq_q, index_t group) {
+    return std::max<index_t>(1, std::min<index_t>(group, kRows / std::max<index_t>(1, seq_q)));
+  }
+  // The head dim rounded up to whole packets: rows of the staged Q, O and K/V buffers.
+  static int padded(int d) { return (d + W - 1) / W * W; }
+
+  class Scratch {
+   public:
+    explicit Scratch(int d)
+        : dp_(padded(d)),
+          q_(std::size_t(kRows) * dp_),
+          o_(std::size_t(kRows) * dp_),
+          kv_(std::size_t(BlockKV) * dp_),
+          st_(std::size_t(BlockKV) * kRows),
+          alpha_(kRows) {
+      std::fill(st_.data(), st_.data() + st_.size(), Acc(0));  // idle lanes stay finite
+    }
+    int dp() const { return dp_; }
+    Acc* q(int r) { return q_.data() + std::size_t(r) * dp_; }  // (kRows, dp) scaled query rows
+    Acc* o(int r) { return o_.data() + std::size_t(r) * dp_; }  // (kRows, dp) unnormalised output rows
+    Acc* kv() { return kv_.data(); }                            // (BlockKV, dp) a staged K or V tile
+    Acc* st() { return st_.data(); }                            // (BlockKV, kRows) Sᵀ, then Pᵀ
+    Acc* alpha() { return alpha_.data(); }                      // (kRows) O rescale of the current tile
+
+   private:
+    int dp_;
+    AlignedBuffer<Acc> q_, o_, kv_, st_, alpha_;
+  };
+
+  // Query heads [h0, h0 + heads) of batch entry b, row r being query r % seq_q of head h0 + r / seq_q,
+  // against keys [kv_lo, kv_hi). Leaves row r's unnormalised O, running max (base-2 units) and running
+  // sum in `partials` at range `split`, row row_of(head, query).
+  template <class Mask, class RowOf, class Accounting>
+  static void run(const ForwardParams<T>& p, const Mask& mask, index_t b, index_t h0, int heads, index_t kv_lo,
+                  index_t kv_hi, Scratch& s, SplitKvPartials<Acc>& partials, index_t split, RowOf&& row_of,
+                  Accounting& acct) {
+    using Policy = decltype(policy_for(mask, SequenceInfo{}));
+    const int d = HeadDim > 0 ? HeadDim : int(p.head_dim());
+    const int dp = s.dp();
+    const index_t seq_q = p.seqs.q_len(b), seq_k = p.seqs.kv_len(b);
+    const int rows = int(heads * seq_q);
+    const index_t h_kv = p.kv_head(h0);
+    const index_t row_bytes = d * index_t(sizeof(T));
+
+    std::array<std::optional<Policy>, kRows> policy;
+    index_t begin = seq_k, end = 0;
+    for (int g = 0; g < heads; ++g) {
+      policy[g].emplace(policy_for(mask, sequence_info(p.seqs, b, h0 + g)));
+      begin = std::min(begin, policy[g]->kv_begin(0, seq_q));
+      end = std::max(end, policy[g]->kv_end(0, seq_q));
+    }
+    // Clipped to the keys that exist, so that no mask policy, however written, can make us read past K/V.
+    begin = std::max({begin, kv_lo, index_t{0}});
+    end = std::min({end, kv_hi, seq_k});
+
+    // Scores in base-2 units come straight out of qk when Q is staged times scale·log2(e); a score
+    // modifier sees natural units scale·q·k, so then Q is staged as it is.
+    const Acc q_scale = modifies_scores_v<Policy> ? Acc(1) : Acc(p.scale) * kLog2e;
+    const Acc score_scale = modifies_scores_v<Policy> ? kLog2e : Acc(1);
+    for (int r = 0; r < rows; ++r) {
+      load_row(s.q(r), p.q.row(b, r % seq_q, h0 + r / seq_q), p.q.stride_dim, d, q_scale);
+      std::fill(s.q(r) + d, s.q(r) + dp, Acc(0));
+      std::fill(s.o(r), s.o(r) + dp, Acc(0));
+    }
+    acct.read(Traffic::Q, rows * row_bytes);
+
+    Softmax softmax;
+    for (index_t k0 = begin; k0 < end; k0 += BlockKV) {
+      const index_t k1 = std::min(k0 + BlockKV, end);
+      const int cols = int(k1 - k0);
+      std::array<TileKind, kRows> kind;
+      bool any = false, all_full = true;
+      for (int g = 0; g < heads; ++g) {
+        kind[g] = policy[g]->tile(0, seq_q, k0, k1);
+        any |= kind[g] != TileKind::Empty;
+        all_full &= kind[g] == TileKind::Full;
+      }
+      if (!any) continue;
+
+      // While Q·Kᵀ runs, this tile's V rows are fetched; while P·V runs, the next tile's K rows.
+      const StreamAhead v_ahead = ahead(p.v, b, h_kv, k0, cols, row_bytes);
+      const StreamAhead k_ahead = ahead(p.k, b, h_kv, k1, int(std::min<index_t>(BlockKV, end - k1)), row_bytes);
+      with_rows(s, p.k, b, h_kv, k0, cols, d,
+                [&](const auto* k, index_t ld) { qk(s.st(), s, rows, k, ld, cols, v_ahead); });
+      acct.read(Traffic::K, cols * row_bytes);
+      if (!all_full || modifies_scores_v<Policy>) {
+        for (int g = 0; g < heads; ++g)
+          mask_rows(s.st(), *policy[g], kind[g], int(g * seq_q), int(seq_q), k0, cols, Acc(p.scale));
+      }
+      softmax.update(s.st(), cols, score_scale, s.alpha());
+
+      with_rows(s, p.v, b, h_kv, k0, cols, d,
+                [&](const auto* v, index_t ld) { pv(s, rows, s.alpha(), s.st(), v, ld, cols, k_ahead); });
+      acct.read(Traffic::V, cols * row_bytes);
+    }
+
+    for (int r = 0; r < rows; ++r) {
+      const index_t row = row_of(h0 + r / seq_q, r % seq_q);
+      *partials.m(split, row) = softmax.running_max(r);
+      *partials.l(split, row) = softmax.running_sum(r);
+      std::copy(s.o(r), s.o(r) + d, partials.o(split, row));
+    }
+    acct.write(Traffic::Partial, rows * partials.row_bytes(d));
+  }
+
+ private:
+  // Whether the micro-kernels read K/V rows as they are: unit dim stride, d a whole number of packets,
+  // evenly spaced rows, and a storage type a packet load takes (Acc itself, or bf16/fp16 widened by
+  // detail::load_packet on AVX-512). Else a tile is converted into the scratch buffer first (stage).
+  static constexpr bool kLoadsStorage =
+      std::is_same_v<T, Acc> || (std::is_same_v<Acc, float> && is_avx512(isa) && (is_bf16<T> || is_fp16<T>));
+  // f(rows, ld): rows [k0, k0 + cols) of one head, `ld` elements apart, as the storage type in place or as
+  // Acc staged.
+  template <class Rows, class F>
+  static void with_rows(Scratch& s, const Rows& x, index_t b, index_t h, index_t k0, int cols, int d, F&& f) {
+    if constexpr (kLoadsStorage) {
+      if (x.dim_stride() == 1 && d % W == 0 && x.even_rows(b, h, k0, cols)) return f(x.row(b, h, k0), x.row_stride());
+    }
+    f(stage(s, x, b, h, k0, cols, d), index_t(s.dp()));
+  }
+  // One packet of a K or V row: Acc, or storage widened to it.
+  template <class E>
+  static Reg load_kv(const E* p) {
+    if constexpr (std::is_same_v<E, Acc>) {
+      return V::load(p);
+    } else {
+#if defined(__AVX512F__)
+      return detail::load_packet(p);
+#else
+      static_assert(std::is_same_v<E, Acc>, "no packet load for this storage type on this instruction set");
+      return V::zero();
+#endif
+    }
+  }
+
+  // Rows [k0, k0 + n) of one head of a row source, to prefetch: where they are evenly spaced (else none).
+  template <class Rows>
+  static StreamAhead ahead(const Rows& x, index_t b, index_t h, index_t k0, int n, index_t row_bytes) {
+    if (n <= 0 || x.dim_stride() != 1 || !x.even_rows(b, h, k0, n)) return {};
+    return {reinterpret_cast<const char*>(x.row(b, h, k0)), x.row_stride() * index_t(sizeof(T)), n, int(row_bytes)};
+  }
+
+  // Rows [k0, k0 + cols) of one head of a row source as Acc rows dp apart, zero past d, in the scratch
+  // buffer.
+  template <class Rows>
+  static const Acc* stage(Scratch& s, const Rows& x, index_t b, index_t h, index_t k0, int cols, int d) {
+    const int dp = s.dp();
+    for (int j = 0; j < cols; ++j) {
+      Acc* dst = s.kv() + std::size_t(j) * dp;
+      load_row(dst, x.row(b, h, k0 + j), x.dim_stride(), d);
+      std::fill(dst + d, dst + dp, Acc(0));
+    }
+    return s.kv();
+  }
+
+  // Sᵀ[j][r] = q_r · k_j for rows r < rows and keys j < cols. Blocks at the edges repeat their last row
+  // or key (computed, not stored), so that every block has the same compile-time shape.
+  template <class E>
+  static void qk(Acc* st, Scratch& s, int rows, const E* k, index_t ld, int cols, const StreamAhead& ahead) {
+    const int dp = s.dp();
+    for (int j0 = 0; j0 < cols; j0 += kKeyBlock) {
+      ahead.issue(j0, j0 + kKeyBlock);
+      const E* kr[kKeyBlock];
+      for (int jj = 0; jj < kKeyBlock; ++jj) kr[jj] = k + std::min(j0 + jj, cols - 1) * ld;
+      for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
+        const Acc* qr[kRowBlock];
+        for (int rr = 0; rr < kRowBlock; ++rr) qr[rr] = s.q(std::min(r0 + rr, rows - 1));
+        Reg acc[kRowBlock][kKeyBlock];
+        FLASHATTN_UNROLL
+        for (int rr = 0; rr < kRowBlock; ++rr)
+          FLASHATTN_UNROLL
+          for (int jj = 0; jj < kKeyBlock; ++jj) acc[rr][jj] = V::zero();
+        for (int c = 0; c < dp; c += W) {
+          Reg kv[kKeyBlock];
+          FLASHATTN_UNROLL
+          for (int jj = 0; jj < kKeyBlock; ++jj) kv[jj] = load_kv(kr[jj] + c);
+          FLASHATTN_UNROLL
+          for (int rr = 0; rr < kRowBlock; ++rr) {
+            const Reg qv = V::load(qr[rr] + c);
+            FLASHATTN_UNROLL
+            for (int jj = 0; jj < kKeyBlock; ++jj) acc[rr][jj] = V::fma(qv, kv[jj], acc[rr][jj]);
+          }
+        }
+        alignas(64) Acc sums[kRowBlock * kKeyBlock];  // [jj * kRowBlock + rr]
+        sum_lanes(acc, sums);
+        const int nr = std::min(kRowBlock, rows - r0), nj = std::min(kKeyBlock, cols - j0);
+        for (int jj = 0; jj < nj; ++jj)
+          for (int rr = 0; rr < nr; ++rr) st[(j0 + jj) * kRows + r0 + rr] = sums[jj * kRowBlock + rr];
+      }
+    }
+  }
+
+  // sums[jj · kRowBlock + rr] = the sum of acc[rr][jj]'s lanes. Every loop over acc is unrolled: an index
+  // that is not a compile-time constant would keep the whole block in memory instead of registers. On
+  // AVX-512 fp32 one tree reduces all 16 at once (45 instructions instead of 16 reductions of 8 each): at
+  // each level, two registers' halves are added into one register that holds both; the inputs enter in
+  // the order pi (an involution), which makes lane L of the result the sum of accumulator L.
+  static void sum_lanes(const Reg (&acc)[kRowBlock][kKeyBlock], Acc* sums) {
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<Acc, float> && is_avx512(isa) && kRowBlock * kKeyBlock == 16) {
+      constexpr int pi[16] = {0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15};
+      const auto at = [&](int i) { return acc[pi[i] % kRowBlock][pi[i] / kRowBlock]; };
+      __m512 y[8], z[4], w[2];
+      FLASHATTN_UNROLL
+      for (int i = 0; i < 8; ++i)  // 256-bit halves
+        y[i] = _mm512_add_ps(_mm512_shuffle_f32x4(at(i), at(i + 8), 0x44), _mm512_shuffle_f32x4(at(i), at(i + 8), 0xEE));
+      FLASHATTN_UNROLL
+      for (int i = 0; i < 4; ++i)  // 128-bit quarters
+        z[i] = _mm512_add_ps(_mm512_shuffle_f32x4(y[i], y[i + 4], 0x88), _mm512_shuffle_f32x4(y[i], y[i + 4], 0xDD));
+      FLASHATTN_UNROLL
+      for (int i = 0; i < 2; ++i)  // pairs within quarters
+        w[i] = _mm512_add_ps(_mm512_shuffle_ps(z[i], z[i + 2], 0x44), _mm512_shuffle_ps(z[i], z[i + 2], 0xEE));
+      _mm512_store_ps(sums, _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD)));
+      return;
+    }
+#endif
+    alignas(64) Acc lanes[W];
+    FLASHATTN_UNROLL
+    for (int rr = 0; rr < kRowBlock; ++rr)
+      FLASHATTN_UNROLL
+      for (int jj = 0; jj < kKeyBlock; ++jj) {
+        V::store(lanes, acc[rr][jj]);
+        Acc sum = Acc(0);
+        for (int i = 0; i < W; ++i) sum += lanes[i];
+        sums[jj * kRowBlock + rr] = sum;
+      }
+  }
+
+  // Rows [r0, r0 + n) of Sᵀ (one head's queries 0..n) for a tile of kind `kind`: an Empty tile's scores are
+  // all −inf, a Partial one's where the policy drops them; a score modifier is applied to the rest.
+  template <class Policy>
+  static void mask_rows(Acc* st, const Policy& policy, TileKind kind, int r0, int n, index_t k0, int cols,
+                        Acc scale) {
+    constexpr Acc neg_inf = -std::numeric_limits<Acc>::infinity();
+    if (kind == TileKind::Full && !modifies_scores_v<Policy>) return;
+    for (int j = 0; j < cols; ++j) {
+      Acc* s_row = st + j * kRows + r0;
+      for (int i = 0; i < n; ++i) {
+        if (kind == TileKind::Empty || (kind == TileKind::Partial && !policy.keep(i, k0 + j))) {
+          s_row[i] = neg_inf;
+        } else if constexpr (modifies_scores_v<Policy>) {
+          s_row[i] = Acc(policy.score(i, k0 + j, s_row[i] * scale));
+        }
+      }
+    }
+  }
+
+  // O rows r < rows: O[r] = alpha[r] · O[r] + Σ_j Pᵀ[j][r] · V[j], in blocks of kRowBlock rows × kPackets
+  // packets (then single packets for the rest of the head dim), rows at the edge repeated as in qk.
+  template <class E>
+  static void pv(Scratch& s, int rows, const Acc* alpha, const Acc* pt, const E* v, index_t ld, int cols,
+                 const StreamAhead& ahead) {
+    const int dp = s.dp();
+    for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
+      int c = 0;
+      for (; c + kPackets * W <= dp; c += kPackets * W)
+        pv_block<kPackets>(s, r0, rows, c, alpha, pt, v, ld, cols, r0 == 0 && c == 0 ? &ahead : nullptr);
+      for (; c < dp; c += W) pv_block<1>(s, r0, rows, c, alpha, pt, v, ld, cols, c == 0 ? &ahead : nullptr);
+    }
+  }
+
+  // ahead: rows to prefetch alongside, one per key (the first block only).
+  template <int NC, class E>
+  static void pv_block(Scratch& s, int r0, int rows, int c, const Acc* alpha, const Acc* pt, const E* v, index_t ld,
+                       int cols, const StreamAhead* ahead) {
+    int r[kRowBlock];
+    for (int rr = 0; rr < kRowBlock; ++rr) r[rr] = std::min(r0 + rr, rows - 1);
+    Reg acc[kRowBlock][NC];
+    FLASHATTN_UNROLL
+    for (int rr = 0; rr < kRowBlock; ++rr) {
+      const Reg a = V::set1(alpha[r[rr]]);
+      FLASHATTN_UNROLL
+      for (int cc = 0; cc < NC; ++cc) acc[rr][cc] = V::mul(V::load(s.o(r[rr]) + c + cc * W), a);
+    }
+    const E* v_row = v + c;
+    for (int j = 0; j < cols; ++j, v_row += ld) {
+      if (ahead != nullptr) ahead->issue(j, j + 1);
+      Reg vv[NC];
+      FLASHATTN_UNROLL
+      for (int cc = 0; cc < NC; ++cc) vv[cc] = load_kv(v_row + cc * W);
+      FLASHATTN_UNROLL
+      for (int rr = 0; rr < kRowBlock; ++rr) {
+        const Reg pj = V::set1(pt[j * kRows + r[rr]]);
+        FLASHATTN_UNROLL
+        for (int cc = 0; cc < NC; ++cc) acc[rr][cc] = V::fma(pj, vv[cc], acc[rr][cc]);
+      }
+    }
+    // Rows repeated at the edge hold the same values as the row they repeat: storing them twice is harmless.
+    FLASHATTN_UNROLL
+    for (int rr = 0; rr < kRowBlock; ++rr)
+      FLASHATTN_UNROLL
+      for (int cc = 0; cc < NC; ++cc) V::store(s.o(r[rr]) + c + cc * W, acc[rr][cc]);
+  }
+};
+
+}  // namespace flashattn::cpu
