@@ -28,6 +28,7 @@
 #include "flashattn/flashattn.hpp"
 #include "flashattn/reference/naive_backward.hpp"
 #include "references.hpp"
+#include "threads.hpp"
 
 namespace {
 
@@ -35,7 +36,7 @@ using flashattn::index_t;
 
 double g_fma_peak[3] = {0, 0, 0};  // by thread count: [1] one thread, [2] all threads
 
-int all_threads() { return int(std::max(1u, std::thread::hardware_concurrency())); }
+using flashattn::bench::all_threads;
 
 index_t heads_for(index_t n) { return std::max<index_t>(1, 8 * 1024 * 1024 / (n * n)); }
 

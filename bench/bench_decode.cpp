@@ -23,29 +23,16 @@
 
 #include "flashattn/cpu/simd.hpp"
 #include "flashattn/forward.hpp"
+#include "threads.hpp"
 
 namespace {
 
 using flashattn::index_t;
 namespace cpu = flashattn::cpu;
 
-int all_threads() { return int(std::max(1u, std::thread::hardware_concurrency())); }
+using flashattn::bench::all_threads;
 
-std::vector<int> thread_counts() {
-  std::vector<int> counts;
-  if (const char* env = std::getenv("FLASHATTN_BENCH_THREADS")) {
-    for (const char* c = env; *c;) {
-      char* end = nullptr;
-      const long t = std::strtol(c, &end, 10);
-      if (end == c) break;
-      if (t > 0) counts.push_back(int(t));
-      c = *end ? end + 1 : end;
-    }
-  }
-  if (counts.empty()) counts = {1, all_threads()};
-  if (counts.size() == 2 && counts[0] == counts[1]) counts.pop_back();
-  return counts;
-}
+using flashattn::bench::thread_counts;
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 

@@ -24,6 +24,7 @@
 #include "flashattn/flashattn.hpp"
 #include "flashattn/reference/naive_forward.hpp"
 #include "references.hpp"
+#include "threads.hpp"
 
 namespace {
 
@@ -34,24 +35,9 @@ struct References {
 };
 std::map<int, References> g_refs;  // by thread count
 
-int all_threads() { return int(std::max(1u, std::thread::hardware_concurrency())); }
+using flashattn::bench::all_threads;
 
-// Thread counts to benchmark: FLASHATTN_BENCH_THREADS="1,16" or, by default, 1 and every hardware thread.
-std::vector<int> thread_counts() {
-  std::vector<int> counts;
-  if (const char* env = std::getenv("FLASHATTN_BENCH_THREADS")) {
-    for (const char* c = env; *c;) {
-      char* end = nullptr;
-      const long t = std::strtol(c, &end, 10);
-      if (end == c) break;
-      if (t > 0) counts.push_back(int(t));
-      c = *end ? end + 1 : end;
-    }
-  }
-  if (counts.empty()) counts = {1, all_threads()};
-  if (counts.size() == 2 && counts[0] == counts[1]) counts.pop_back();
-  return counts;
-}
+using flashattn::bench::thread_counts;
 
 // Heads per call: 8 (the B=1, H=8) up to N=4096; fewer beyond, so that one call stays ~1 s.
 index_t heads_for(index_t n) { return n <= 4096 ? 8 : std::max<index_t>(1, 8 * 4096 * 4096 / (n * n)); }

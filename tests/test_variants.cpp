@@ -204,10 +204,17 @@ TEST(Sinks, MatchReferenceOverLengthsMasksAndThreads) {
         Problem p(shape, std::uint32_t(sq * 1000 + sk));
         const auto policy = sink_on_band(causal, sq, sk, sink);
         for (int threads : {1, 2}) {
-          const std::int64_t partial = p.run(cpu::Context<>{threads}, policy);
+          // The prefill kernel's own finalize (no key split for these sizes), then the decode kernel's
+          // path for seq_q <= 16 (partial states merged with the sink).
+          cpu::Context<> prefill{threads};
+          prefill.decode_kernel = false;
+          const std::int64_t partial = p.run(prefill, policy);
           EXPECT_EQ(partial, 0) << "no key split expected here: " << shape.describe();
           EXPECT_TRUE(matches_reference(p, policy))
               << shape.describe() << " causal=" << causal << " sink=" << sink << " threads=" << threads;
+          p.run(cpu::Context<>{threads}, policy);
+          EXPECT_TRUE(matches_reference(p, policy)) << shape.describe() << " causal=" << causal << " sink=" << sink
+                                                    << " threads=" << threads << " (decode path where seq_q <= 16)";
         }
       }
     }
@@ -326,10 +333,15 @@ TEST(Sinks, RowsWithoutKeysAttendOnlyTheSink) {
           const Shape shape{1, 4, sk, 1, 1, 64};
           Problem p(shape, 4);
           const WithSink<ElementMask<SkipRows>> policy{{element_mask(sk, SkipRows{2, 1})}, sink};
-          const std::int64_t partial = p.run(cpu::Context<>{threads}, policy);
+          cpu::Context<> prefill{threads};  // the prefill kernel: its own finalize, or a key split
+          prefill.decode_kernel = false;
+          const std::int64_t partial = p.run(prefill, policy);
           EXPECT_EQ(partial > 0, sk == 2048) << "seq_k=" << sk;
           expect_sink_only_rows(p, policy, sink, [](index_t, index_t, index_t i) { return i % 2 == 1; },
                                 "element mask, seq_k=" + std::to_string(sk) + ", " + what);
+          p.run(cpu::Context<>{threads}, policy);  // the decode kernel (seq_q = 4)
+          expect_sink_only_rows(p, policy, sink, [](index_t, index_t, index_t i) { return i % 2 == 1; },
+                                "decode path, element mask, seq_k=" + std::to_string(sk) + ", " + what);
         }
       }
       {  // no keys at all

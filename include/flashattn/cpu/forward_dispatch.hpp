@@ -20,6 +20,20 @@ namespace flashattn::cpu {
 
 namespace detail {
 
+// f(std::integral_constant<int, HeadDim>): the head dims the kernels unroll at compile time (64, 128), or
+// 0 for a runtime one.
+template <class F>
+void with_head_dim(index_t d, F&& f) {
+  switch (d) {
+    case 64:
+      return f(std::integral_constant<int, 64>{});
+    case 128:
+      return f(std::integral_constant<int, 128>{});
+    default:
+      return f(std::integral_constant<int, 0>{});
+  }
+}
+
 template <class TileConfig, class T, class Mask, class Accounting>
 void forward_with_head_dim(const Context<TileConfig>& ctx, const ForwardParams<T>& p, const Mask& mask,
                            Accounting& acct) {
@@ -28,24 +42,12 @@ void forward_with_head_dim(const Context<TileConfig>& ctx, const ForwardParams<T
       throw InvalidArgument("tiles: the instruction set is Isa::Amx, but this CPU or operating system does not "
                             "allow AMX tile instructions (use AutoTiles to pick the best usable path)");
   }
-  if (ctx.decode_kernel && DecodeKernel<T, 0, TileConfig::isa>::takes(p.seqs.max_q_len())) {
-    switch (p.head_dim()) {
-      case 64:
-        return run_decode<T, TileConfig, 64>(ctx.num_threads, p, mask, acct);
-      case 128:
-        return run_decode<T, TileConfig, 128>(ctx.num_threads, p, mask, acct);
-      default:
-        return run_decode<T, TileConfig, 0>(ctx.num_threads, p, mask, acct);
-    }
-  }
-  switch (p.head_dim()) {
-    case 64:
-      return run_forward<T, TileConfig, 64>(ctx.num_threads, p, mask, acct);
-    case 128:
-      return run_forward<T, TileConfig, 128>(ctx.num_threads, p, mask, acct);
-    default:
-      return run_forward<T, TileConfig, 0>(ctx.num_threads, p, mask, acct);
-  }
+  const bool decode = ctx.decode_kernel && DecodeKernel<T, 0, TileConfig::isa>::takes(p.seqs.max_q_len());
+  with_head_dim(p.head_dim(), [&](auto head_dim) {
+    constexpr int HeadDim = decltype(head_dim)::value;
+    if (decode) return run_decode<T, TileConfig, HeadDim>(ctx.num_threads, p, mask, acct);
+    run_forward<T, TileConfig, HeadDim>(ctx.num_threads, p, mask, acct);
+  });
 }
 
 template <class TileConfig, class T, class Mask, class Accounting>
