@@ -553,11 +553,15 @@ void check_results(const fa::TensorView<const T>& q,
           if (verbose() && (std::isnan(r) != std::isnan(x) || std::isfinite(r) != std::isfinite(x)))
             std::fprintf(stderr, "o(b=%lld, i=%lld, h=%lld, c=%lld) = %g, reference %g, naive %g\n", (long long)b,
                          (long long)i, (long long)h, (long long)c, x, r, n);
+          const bool contaminated = v_col_bad[std::size_t((b * k.heads + hk) * q.dim + c)] != 0;
           if (std::isnan(r)) {
+            // A NaN that the same-precision naive run does not have, in a column with a non-finite V entry,
+            // is a weight that is exactly 0 in the exact computation times that entry: at scores so large
+            // that their rounding decides whether the weight underflows, either result is correct.
+            if (contaminated && !std::isnan(n)) continue;
             FUZZ_CHECK(std::isnan(x), "the reference is NaN here but the output is not (NaN must propagate)");
             continue;
           }
-          const bool contaminated = v_col_bad[std::size_t((b * k.heads + hk) * q.dim + c)] != 0;
           if (std::isinf(r)) {
             FUZZ_CHECK(x == r || std::isnan(x), "the reference is infinite here but the output is finite");
             continue;

@@ -9,7 +9,9 @@
 #include <gtest/gtest.h>
 
 #include <Eigen/Core>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -169,6 +171,23 @@ TEST(Decode, StridedViews) {
   HostLse lse(B, H, Sq);
   attention_forward<float>(qv, kv, vv, ov, {}, lse.view());
   EXPECT_TRUE(matches_reference_for_options<float>(qv, kv, vv, ov, lse.view(), {}));
+}
+
+// The scale multiplies the dot product, not Q (fuzzer finding): with scale 1e-30 a Q element of 1e-20
+// would round to 0 in fp32 if scaled first, and 0 times the -inf of a K element is NaN, where
+// q·k·scale = -inf makes that key weigh exactly 0.
+TEST(Decode, ScaleAppliesToTheDotProductNotToQ) {
+  const DecodeCase c{1, 1, 40, 2, 1, 16};
+  Problem<float> pr(c);
+  for (index_t h = 0; h < c.heads; ++h)
+    for (index_t d = 0; d < c.dim; ++d) pr.q.view()(0, 0, h, d) = 1e-20f;
+  pr.k.view()(0, 7, 0, 3) = -std::numeric_limits<float>::infinity();
+  AttentionOptions opts;
+  opts.scale = 1e-30;
+  attention_forward<float>(pr.q.cview(), pr.k.cview(), pr.v.cview(), pr.o.view(), opts, pr.lse.view());
+  for (float x : pr.o.storage()) ASSERT_TRUE(std::isfinite(x));
+  EXPECT_TRUE(matches_reference<float>(pr.q.cview(), pr.k.cview(), pr.v.cview(), pr.o.cview(), pr.lse.view(), 1e-30,
+                                       NoMask{c.seq_k}));
 }
 
 }  // namespace

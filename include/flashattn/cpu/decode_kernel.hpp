@@ -139,12 +139,13 @@ class DecodeKernel {
     begin = std::max({begin, kv_lo, index_t{0}});
     end = std::min({end, kv_hi, seq_k});
 
-    // Scores in base-2 units come straight out of qk when Q is staged times scale·log2(e); a score
-    // modifier sees natural units scale·q·k, so then Q is staged as it is.
-    const Acc q_scale = modifies_scores_v<Policy> ? Acc(1) : Acc(p.scale) * kLog2e;
-    const Acc score_scale = modifies_scores_v<Policy> ? kLog2e : Acc(1);
+    // Raw scores become base-2 logits inside the softmax, as in the prefill kernel: scaling the dot
+    // product rather than Q keeps q·k·scale's order of operations (a Q element that scale would round to 0
+    // must still meet an infinite K element as itself: q·inf·scale = ±inf, where 0·inf would be NaN). A
+    // score modifier sees natural units scale·q·k, so then only log2(e) remains to apply.
+    const Acc score_scale = modifies_scores_v<Policy> ? kLog2e : Acc(p.scale) * kLog2e;
     for (int r = 0; r < rows; ++r) {
-      load_row(s.q(r), p.q.row(b, r % seq_q, h0 + r / seq_q), p.q.stride_dim, d, q_scale);
+      load_row(s.q(r), p.q.row(b, r % seq_q, h0 + r / seq_q), p.q.stride_dim, d);
       std::fill(s.q(r) + d, s.q(r) + dp, Acc(0));
       std::fill(s.o(r), s.o(r) + dp, Acc(0));
     }
