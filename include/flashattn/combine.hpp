@@ -25,6 +25,7 @@
 
 #include "flashattn/core/errors.hpp"
 #include "flashattn/core/softmax_state.hpp"
+#include "flashattn/core/validate.hpp"
 #include "flashattn/core/views.hpp"
 
 namespace flashattn {
@@ -35,12 +36,6 @@ struct AttentionPart {
   TensorView<const T> o;
   LseView lse;
 };
-
-namespace detail {
-inline std::string shape_of(index_t b, index_t s, index_t h, index_t d) {
-  return "(" + std::to_string(b) + ", " + std::to_string(s) + ", " + std::to_string(h) + ", " + std::to_string(d) + ")";
-}
-}  // namespace detail
 
 // o (and lse, unless empty) = the combination of `parts`. Every part has o's shape and an LSE of shape
 // (batch, heads, seq_q). Throws InvalidArgument, before writing anything, for no part, a null or missing
@@ -57,8 +52,7 @@ void attention_combine(const std::vector<AttentionPart<T>>& parts, TensorView<T>
     const AttentionPart<T>& p = parts[i];
     const std::string name = "attention_combine: parts[" + std::to_string(i) + "]";
     if (p.o.batch != o.batch || p.o.seq != o.seq || p.o.heads != o.heads || p.o.dim != o.dim)
-      throw InvalidArgument(name + ".o has shape " + detail::shape_of(p.o.batch, p.o.seq, p.o.heads, p.o.dim) +
-                            ", o has " + detail::shape_of(o.batch, o.seq, o.heads, o.dim));
+      throw InvalidArgument(detail::describe((name + ".o").c_str(), p.o) + " does not match " + detail::describe("o", o));
     if (p.lse.empty() || p.lse.batch != o.batch || p.lse.heads != o.heads || p.lse.seq != o.seq)
       throw InvalidArgument(name + ".lse must be (batch, heads, seq_q) = (" + std::to_string(o.batch) + ", " +
                             std::to_string(o.heads) + ", " + std::to_string(o.seq) + "), got (" +
