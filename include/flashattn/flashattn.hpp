@@ -16,4 +16,5 @@
 #include "flashattn/cpu/tiles.hpp"
 #include "flashattn/forward.hpp"
 #include "flashattn/instrument/accounting.hpp"
+#include "flashattn/kv_cache.hpp"
 #include "flashattn/version.hpp"

@@ -116,8 +116,8 @@ class DecodeKernel {
   // Query heads [h0, h0 + heads) of batch entry b, row r being query r % seq_q of head h0 + r / seq_q,
   // against keys [kv_lo, kv_hi). Leaves row r's unnormalised O, running max (base-2 units) and running
   // sum in `partials` at range `split`, row row_of(head, query).
-  template <class Mask, class RowOf, class Accounting>
-  static void run(const ForwardParams<T>& p, const Mask& mask, index_t b, index_t h0, int heads, index_t kv_lo,
+  template <class Kv, class Layout, class Mask, class RowOf, class Accounting>
+  static void run(const ForwardParams<T, Kv, Layout>& p, const Mask& mask, index_t b, index_t h0, int heads, index_t kv_lo,
                   index_t kv_hi, Scratch& s, SplitKvPartials<Acc>& partials, index_t split, RowOf&& row_of,
                   Accounting& acct) {
     using Policy = decltype(policy_for(mask, SequenceInfo{}));

@@ -34,8 +34,8 @@ void with_head_dim(index_t d, F&& f) {
   }
 }
 
-template <class TileConfig, class T, class Mask, class Accounting>
-void forward_with_head_dim(const Context<TileConfig>& ctx, const ForwardParams<T>& p, const Mask& mask,
+template <class TileConfig, class T, class Kv, class Layout, class Mask, class Accounting>
+void forward_with_head_dim(const Context<TileConfig>& ctx, const ForwardParams<T, Kv, Layout>& p, const Mask& mask,
                            Accounting& acct) {
   if constexpr (TileConfig::isa == Isa::Amx && is_bf16<T>) {  // other types run AVX-512 packets
     if (!amx::usable())
@@ -50,8 +50,8 @@ void forward_with_head_dim(const Context<TileConfig>& ctx, const ForwardParams<T
   });
 }
 
-template <class TileConfig, class T, class Mask, class Accounting>
-void forward_with_tiles(const Context<AutoTiles>& auto_ctx, const ForwardParams<T>& p, const Mask& mask,
+template <class TileConfig, class T, class Kv, class Layout, class Mask, class Accounting>
+void forward_with_tiles(const Context<AutoTiles>& auto_ctx, const ForwardParams<T, Kv, Layout>& p, const Mask& mask,
                         Accounting& acct) {
   Context<TileConfig> ctx;
   ctx.num_threads = auto_ctx.num_threads;
@@ -67,8 +67,8 @@ void forward_with_tiles(const Context<AutoTiles>& auto_ctx, const ForwardParams<
 //    and fp32 ones whose K and V of a head outgrow L2 TallerTiles; masked calls keep DefaultTiles, which
 //    also spares every masked call a second kernel instantiation;
 //  - everything else DefaultTiles.
-template <class TileChoice, class T, class Mask, class Accounting>
-void dispatch_forward(const Context<TileChoice>& ctx, const ForwardParams<T>& p, const Mask& mask,
+template <class TileChoice, class T, class Kv, class Layout, class Mask, class Accounting>
+void dispatch_forward(const Context<TileChoice>& ctx, const ForwardParams<T, Kv, Layout>& p, const Mask& mask,
                       Accounting& acct) {
   if constexpr (std::is_same_v<TileChoice, AutoTiles>) {
     if constexpr (is_bf16<T> && is_compiled(Isa::Amx)) {
@@ -90,8 +90,8 @@ void dispatch_forward(const Context<TileChoice>& ctx, const ForwardParams<T>& p,
 }
 
 // With the mask the options describe.
-template <class TileChoice, class T, class Accounting>
-void dispatch_forward(const Context<TileChoice>& ctx, const ForwardParams<T>& p, const AttentionOptions& opts,
+template <class TileChoice, class T, class Kv, class Layout, class Accounting>
+void dispatch_forward(const Context<TileChoice>& ctx, const ForwardParams<T, Kv, Layout>& p, const AttentionOptions& opts,
                       Accounting& acct) {
   with_options_mask(opts, [&](const auto& mask) { dispatch_forward(ctx, p, mask, acct); });
 }

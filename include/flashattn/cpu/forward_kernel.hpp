@@ -82,8 +82,8 @@ class ForwardKernel {
 
   // Query rows [q0, q0 + BlockQ) of sequence `seq` (a batch entry and head), against all its keys: the final
   // O and LSE rows.
-  template <class Mask, class Accounting>
-  static void run(const ForwardParams<T>& p, const Mask& mask, const SequenceInfo& seq, index_t q0, Scratch& s,
+  template <class Kv, class Layout, class Mask, class Accounting>
+  static void run(const ForwardParams<T, Kv, Layout>& p, const Mask& mask, const SequenceInfo& seq, index_t q0, Scratch& s,
                   Accounting& acct) {
     const int d = HeadDim > 0 ? HeadDim : int(p.head_dim());
     Softmax softmax[kPanels];
@@ -110,8 +110,8 @@ class ForwardKernel {
   // softmax state (running max in base-2 units, running sum) to `part` (rows of d, rows, rows).
   // A variant's sink and output transform (core/variants.hpp) apply to the merged output
   // (forward_scheduler.hpp).
-  template <class Mask, class Accounting>
-  static void run_partial(const ForwardParams<T>& p, const Mask& mask, const SequenceInfo& seq, index_t q0,
+  template <class Kv, class Layout, class Mask, class Accounting>
+  static void run_partial(const ForwardParams<T, Kv, Layout>& p, const Mask& mask, const SequenceInfo& seq, index_t q0,
                           index_t kv_lo, index_t kv_hi, Scratch& s, Acc* part_o, Acc* part_m, Acc* part_l,
                           Accounting& acct) {
     const int d = HeadDim > 0 ? HeadDim : int(p.head_dim());
@@ -128,8 +128,8 @@ class ForwardKernel {
   // The body of Algorithm 1 for one query block over keys [kv_lo, kv_hi): leaves each panel's unnormalised
   // Oᵀ in s.ot(g) and its running max and sum in softmax[g]. Returns the number of panels the block has
   // (fewer than kPanels in a short last block).
-  template <class Mask, class Accounting>
-  static int attend(const ForwardParams<T>& p, const Mask& mask, const SequenceInfo& seq, index_t q0, index_t kv_lo,
+  template <class Kv, class Layout, class Mask, class Accounting>
+  static int attend(const ForwardParams<T, Kv, Layout>& p, const Mask& mask, const SequenceInfo& seq, index_t q0, index_t kv_lo,
                     index_t kv_hi, Scratch& s, Softmax* softmax, Accounting& acct) {
     const index_t b = seq.batch, h = seq.head, seq_k = seq.seq_k;
     const index_t q1 = std::min(q0 + BlockQ, seq.seq_q);

@@ -21,8 +21,8 @@ namespace flashattn::cpu {
 
 // Threads worth starting: each must get at least ~4 MFLOP (tens of microseconds), or starting it costs
 // more than it saves (small decode steps run on the calling thread). Results do not depend on it.
-template <class T>
-int worker_count(const ForwardParams<T>& p, int requested) {
+template <class T, class Kv, class Layout>
+int worker_count(const ForwardParams<T, Kv, Layout>& p, int requested) {
   constexpr double kMinFlopsPerThread = 4e6;
   const double flops = 4.0 * double(p.batch()) * double(p.heads()) * double(p.seqs.max_q_len()) *
                        double(p.seqs.max_kv_len()) * double(p.head_dim());
@@ -31,8 +31,8 @@ int worker_count(const ForwardParams<T>& p, int requested) {
 
 // The last step of a split call: each row's key ranges merged (split_kv.hpp) into its O row (through the
 // policy's output transform, with its sink) and LSE. partial_row(seq, i): the partials' row of query i.
-template <class Kernel, class T, class Mask, class PartialRow, class Accounting>
-void write_merged_rows(int threads, const ForwardParams<T>& p, const Mask& mask,
+template <class Kernel, class T, class Kv, class Layout, class Mask, class PartialRow, class Accounting>
+void write_merged_rows(int threads, const ForwardParams<T, Kv, Layout>& p, const Mask& mask,
                        SplitKvPartials<typename Kernel::Acc>& partials, PartialRow&& partial_row, Accounting& acct) {
   using Acc = typename Kernel::Acc;
   const int d = int(p.head_dim());
@@ -60,8 +60,8 @@ void write_merged_rows(int threads, const ForwardParams<T>& p, const Mask& mask,
 }
 
 // num_threads: the context's (0: the default).
-template <class T, class TileConfig, int HeadDim, class Mask, class Accounting = NoAccounting>
-void run_forward(int num_threads, const ForwardParams<T>& p, const Mask& mask, Accounting& acct) {
+template <class T, class TileConfig, int HeadDim, class Kv, class Layout, class Mask, class Accounting>
+void run_forward(int num_threads, const ForwardParams<T, Kv, Layout>& p, const Mask& mask, Accounting& acct) {
   using Kernel = ForwardKernel<T, TileConfig, HeadDim>;
   using Acc = typename Kernel::Acc;
   constexpr int BlockQ = Kernel::BlockQ, BlockKV = Kernel::BlockKV;
@@ -117,8 +117,8 @@ void run_forward(int num_threads, const ForwardParams<T>& p, const Mask& mask, A
 //    thread count gives the same bits): enough items for dynamic balance, ranges of at least kMinBytes;
 //  - threads: one per kMinBytes of K/V read at least (starting a thread costs more than reading less).
 // Every program leaves partial states; write_merged_rows then merges each row's ranges.
-template <class T, class TileConfig, int HeadDim, class Mask, class Accounting = NoAccounting>
-void run_decode(int num_threads, const ForwardParams<T>& p, const Mask& mask, Accounting& acct) {
+template <class T, class TileConfig, int HeadDim, class Kv, class Layout, class Mask, class Accounting>
+void run_decode(int num_threads, const ForwardParams<T, Kv, Layout>& p, const Mask& mask, Accounting& acct) {
   using Kernel = DecodeKernel<T, HeadDim, TileConfig::isa>;
   using Acc = typename Kernel::Acc;
   constexpr index_t kMinBytes = index_t(256) << 10;
