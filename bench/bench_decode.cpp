@@ -10,6 +10,11 @@
 // K and V in BHSD (each head's rows contiguous: docs/inference.md says why that layout decodes fastest).
 // prefill_kernel/... is the same call through the prefill kernel (Context::decode_kernel = false): the path
 // every decode call took before the decode kernel.
+// paged/<dtype>/kv:<keys>/page:<rows>/<nhd|hnd>/threads:<n>: the same step on a paged cache (pages
+// shuffled), alternated in the same loop with the contiguous BHSD cache: x_contiguous = paged rate /
+// contiguous rate. nhd pages are (page_size, heads, dim), hnd pages (heads, page_size, dim).
+// batch8/<dtype>/threads:<n>: 8 requests of one contiguous BHSD cache (capacity 32768) whose lengths
+// spread over 1k-32k; x_read counts the K/V rows the requests use.
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
@@ -23,6 +28,7 @@
 
 #include "flashattn/cpu/simd.hpp"
 #include "flashattn/forward.hpp"
+#include "flashattn/kv_cache.hpp"
 #include "threads.hpp"
 
 namespace {
@@ -85,6 +91,44 @@ double median(std::vector<double> x) {
   return x[x.size() / 2];
 }
 
+// Times calls[0] (and calls[1..], alternated with it in the same loop) and a streaming read of `bytes`
+// bytes, alternated in one loop; sets kv_GBps (of calls[0]), read_GBps and x_read. Returns the median
+// seconds of each call.
+template <class... Calls>
+std::vector<double> measure(benchmark::State& state, double bytes, int threads, Calls&&... calls) {
+  std::vector<float> other(std::size_t(bytes / sizeof(float)), 1.0f);  // as large as K+V: both come from memory
+  (calls(), ...);  // warm: pool threads, first touch
+  float sink = read_all(other, threads);
+  constexpr std::size_t kCalls = sizeof...(Calls);
+  std::vector<std::vector<double>> t_call(kCalls);
+  std::vector<double> t_read;
+  for (auto _ : state) {
+    double first = 0.0;
+    std::size_t i = 0;
+    const auto timed = [&](auto& call) {
+      const double t0 = now();
+      call();
+      const double t = now() - t0;
+      t_call[i++].push_back(t);
+      if (i == 1) first = t;
+    };
+    (timed(calls), ...);
+    const double t1 = now();
+    sink += read_all(other, threads);
+    t_read.push_back(now() - t1);
+    state.SetIterationTime(first);
+  }
+  benchmark::DoNotOptimize(sink);
+  std::vector<double> med;
+  for (auto& t : t_call) med.push_back(median(t));
+  const double kernel_gbps = bytes / med[0] * 1e-9, read_gbps = bytes / median(t_read) * 1e-9;
+  state.counters["kv_MB"] = bytes * 1e-6;
+  state.counters["kv_GBps"] = kernel_gbps;
+  state.counters["read_GBps"] = read_gbps;
+  state.counters["x_read"] = kernel_gbps / read_gbps;
+  return med;
+}
+
 // Args: keys, query rows, threads, decode kernel (1) or prefill kernel (0).
 template <class T>
 void bm_decode(benchmark::State& state) {
@@ -107,28 +151,85 @@ void bm_decode(benchmark::State& state) {
   const auto kvw = flashattn::bhsd<const T>(k.data(), B, Hk, kv, D);
   const auto vvw = flashattn::bhsd<const T>(v.data(), B, Hk, kv, D);
   const double bytes = double(k.size() + v.size()) * sizeof(T);
-  std::vector<float> other(std::size_t(bytes / sizeof(float)), 1.0f);  // as large as K+V: both come from memory
+  const auto med = measure(state, bytes, threads, [&] { flashattn::attention_forward(ctx, qv, kvw, vvw, ov); });
+  state.counters["tokens_per_s"] = double(seq_q) / med[0];
+}
 
-  flashattn::attention_forward(ctx, qv, kvw, vvw, ov);  // warm: pool threads, first touch
-  float sink = read_all(other, threads);
-  std::vector<double> t_kernel, t_read;
-  for (auto _ : state) {
-    const double t0 = now();
-    flashattn::attention_forward(ctx, qv, kvw, vvw, ov);
-    const double t1 = now();
-    sink += read_all(other, threads);
-    const double t2 = now();
-    t_kernel.push_back(t1 - t0);
-    t_read.push_back(t2 - t1);
-    state.SetIterationTime(t1 - t0);
+// A cache of `pages` pages of `page` rows, handed out in a shuffled order; nhd or hnd inside a page.
+template <class T>
+struct PagedCache {
+  std::vector<T> k, v;
+  std::vector<std::int32_t> table, lengths;
+  flashattn::PagedKvCacheView<const T> view;
+  PagedCache(index_t batch, index_t kv, index_t page, index_t heads_kv, index_t dim, bool hnd) {
+    const index_t per_seq = (kv + page - 1) / page, pages = batch * per_seq;
+    k.resize(std::size_t(pages * page * heads_kv * dim));
+    v.resize(k.size());
+    for (std::size_t i = 0; i < k.size(); ++i) {
+      k[i] = T(float(int(i % 251) - 125) / 64.0f);
+      v[i] = T(float(int(i % 241) - 120) / 64.0f);
+    }
+    table.resize(std::size_t(pages));
+    for (index_t i = 0; i < pages; ++i) table[i] = std::int32_t(i);
+    std::shuffle(table.begin(), table.end(), std::mt19937(3));
+    lengths.assign(std::size_t(batch), std::int32_t(kv));
+    auto c = flashattn::paged_kv_cache<const T>(k.data(), v.data(), pages, page, heads_kv, dim, table.data(), batch,
+                                                per_seq, lengths.data());
+    if (hnd) {  // (heads, page rows, dim) inside a page
+      for (auto* x : {&c.k_pages, &c.v_pages}) {
+        x->stride_head = page * dim;
+        x->stride_seq = dim;
+      }
+    }
+    view = c;
   }
-  benchmark::DoNotOptimize(sink);
-  const double kernel_gbps = bytes / median(t_kernel) * 1e-9, read_gbps = bytes / median(t_read) * 1e-9;
-  state.counters["kv_MB"] = bytes * 1e-6;
-  state.counters["kv_GBps"] = kernel_gbps;
-  state.counters["read_GBps"] = read_gbps;
-  state.counters["x_read"] = kernel_gbps / read_gbps;
-  state.counters["tokens_per_s"] = double(seq_q) / median(t_kernel);
+};
+
+// Args: keys, page rows, hnd (1) or nhd (0), threads.
+template <class T>
+void bm_paged(benchmark::State& state) {
+  const index_t H = 32, Hk = 8, D = 128;
+  const index_t kv = state.range(0), page = state.range(1);
+  const int threads = int(state.range(3));
+  const cpu::Context<> ctx{threads};
+  std::vector<T> q(std::size_t(H * D)), o(q.size()), o2(q.size()), k(std::size_t(Hk * kv * D)), v(k.size());
+  for (std::size_t i = 0; i < k.size(); ++i) {
+    k[i] = T(float(int(i % 251) - 125) / 64.0f);
+    v[i] = T(float(int(i % 241) - 120) / 64.0f);
+  }
+  for (std::size_t i = 0; i < q.size(); ++i) q[i] = T(float(int(i % 13) - 6) / 8.0f);
+  const PagedCache<T> paged(1, kv, page, Hk, D, state.range(2) != 0);
+  const auto qv = flashattn::bshd<const T>(q.data(), 1, 1, H, D);
+  const auto kvw = flashattn::bhsd<const T>(k.data(), 1, Hk, kv, D), vvw = flashattn::bhsd<const T>(v.data(), 1, Hk, kv, D);
+  const double bytes = double(k.size() + v.size()) * sizeof(T);
+  const auto med = measure(
+      state, bytes, threads,
+      [&] { flashattn::attention_forward(ctx, qv, paged.view, flashattn::bshd<T>(o.data(), 1, 1, H, D)); },
+      [&] { flashattn::attention_forward(ctx, qv, kvw, vvw, flashattn::bshd<T>(o2.data(), 1, 1, H, D)); });
+  state.counters["x_contiguous"] = med[1] / med[0];
+}
+
+// 8 requests of one contiguous cache, lengths over 1k-32k. Args: threads.
+template <class T>
+void bm_batch8(benchmark::State& state) {
+  const index_t B = 8, H = 32, Hk = 8, D = 128, cap = 32768;
+  const int threads = int(state.range(0));
+  const cpu::Context<> ctx{threads};
+  std::vector<std::int32_t> lengths{1024, 1700, 2900, 4800, 8100, 13500, 22000, 32768};
+  std::vector<T> q(std::size_t(B * H * D)), o(q.size()), k(std::size_t(B * Hk * cap * D)), v(k.size());
+  for (std::size_t i = 0; i < k.size(); ++i) {
+    k[i] = T(float(int(i % 251) - 125) / 64.0f);
+    v[i] = T(float(int(i % 241) - 120) / 64.0f);
+  }
+  for (std::size_t i = 0; i < q.size(); ++i) q[i] = T(float(int(i % 13) - 6) / 8.0f);
+  const auto cache = flashattn::kv_cache_bhsd<const T>(k.data(), v.data(), B, Hk, cap, D, lengths.data());
+  double keys = 0;
+  for (auto l : lengths) keys += l;
+  const double bytes = 2.0 * keys * double(Hk * D) * sizeof(T);
+  measure(state, bytes, threads, [&] {
+    flashattn::attention_forward(ctx, flashattn::bshd<const T>(q.data(), B, 1, H, D), cache,
+                                 flashattn::bshd<T>(o.data(), B, 1, H, D));
+  });
 }
 
 template <class T>
@@ -155,11 +256,36 @@ void register_rows() {
 
 }  // namespace
 
+template <class T>
+void register_cache_rows() {
+  for (int threads : thread_counts()) {
+    const std::string tail = std::string("/") + dtype_name<T>();
+    for (index_t page : {16, 64, 256})
+      for (int hnd : {1, 0})
+        benchmark::RegisterBenchmark(("paged" + tail + "/kv:32768/page:" + std::to_string(page) +
+                                      (hnd ? "/hnd" : "/nhd") + "/threads:" + std::to_string(threads))
+                                         .c_str(),
+                                     bm_paged<T>)
+            ->Args({32768, page, hnd, threads})
+            ->Unit(benchmark::kMillisecond)
+            ->Iterations(9)
+            ->UseManualTime();
+    benchmark::RegisterBenchmark(("batch8" + tail + "/threads:" + std::to_string(threads)).c_str(), bm_batch8<T>)
+        ->Args({threads})
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(9)
+        ->UseManualTime();
+  }
+}
+
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   register_rows<float>();
   register_rows<Eigen::half>();
   register_rows<Eigen::bfloat16>();
+  register_cache_rows<float>();
+  register_cache_rows<Eigen::half>();
+  register_cache_rows<Eigen::bfloat16>();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
 }

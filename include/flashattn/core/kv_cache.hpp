@@ -107,9 +107,7 @@ struct PagedKv {
     return pages.row(page, s % pages.seq, h);
   }
   FLASHATTN_HOST_DEVICE index_t dim_stride() const { return pages.stride_dim; }
-  FLASHATTN_HOST_DEVICE bool even_rows(index_t, index_t, index_t s, index_t n) const {
-    return s % pages.seq + n <= pages.seq;
-  }
+  FLASHATTN_HOST_DEVICE index_t even_run(index_t, index_t, index_t s) const { return pages.seq - s % pages.seq; }
   FLASHATTN_HOST_DEVICE index_t row_stride() const { return pages.stride_seq; }
 };
 

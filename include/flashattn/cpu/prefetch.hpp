@@ -51,7 +51,7 @@ struct PrefetchRows {
 template <class Rows>
 PrefetchRows prefetch_rows(const Rows& x, index_t b, index_t h, index_t k0, int rows, int d) {
   using Elem = std::remove_cv_t<std::remove_pointer_t<decltype(x.row(b, h, k0))>>;
-  if (rows <= 0 || x.dim_stride() != 1 || !x.even_rows(b, h, k0, rows)) return {};
+  if (rows <= 0 || x.dim_stride() != 1 || x.even_run(b, h, k0) < rows) return {};
   return {reinterpret_cast<const char*>(x.row(b, h, k0)), x.row_stride() * index_t(sizeof(Elem)), rows,
           int(d * sizeof(Elem))};
 }

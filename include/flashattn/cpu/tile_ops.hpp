@@ -98,7 +98,7 @@ struct TileOps {
   static StagedTile stage_rows(StagedElem* stage, const Rows& x, index_t b, index_t h, index_t k0, int cols, int d,
                            bool copy) {
     if constexpr (std::is_same_v<T, Acc>) {
-      if (x.dim_stride() == 1 && !copy && x.even_rows(b, h, k0, cols)) return {x.row(b, h, k0), x.row_stride()};
+      if (x.dim_stride() == 1 && !copy && x.even_run(b, h, k0) >= cols) return {x.row(b, h, k0), x.row_stride()};
     }
     for (int j = 0; j < cols; ++j) load_row(stage + std::size_t(j) * d, x.row(b, h, k0 + j), x.dim_stride(), d);
     return {stage, d};

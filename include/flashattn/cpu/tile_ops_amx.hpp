@@ -128,7 +128,7 @@ struct TileOps<T, Lanes, Streamed, HeadDim, Isa::Amx, std::enable_if_t<is_bf16<T
   template <class Rows>
   static StagedTile stage_for_qk(StagedElem* stage, const Rows& k, index_t b, index_t h, index_t k0, int cols, int d,
                         bool copy = false) {
-    if (in_place(k, d) && cols % amx::kRows == 0 && !copy && k.even_rows(b, h, k0, cols))
+    if (in_place(k, d) && cols % amx::kRows == 0 && !copy && k.even_run(b, h, k0) >= cols)
       return {reinterpret_cast<const StagedElem*>(k.row(b, h, k0)), k.row_stride()};
     const int width = round_up(d, amx::kDepth);
     for (int j = 0; j < cols; ++j) {

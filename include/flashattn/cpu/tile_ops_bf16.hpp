@@ -64,7 +64,7 @@ struct TileOps<T, Lanes, Streamed, HeadDim, Isa::Avx512Bf16, std::enable_if_t<is
   static StagedTile stage_for_qk(StagedElem* stage, const Rows& k, index_t b, index_t h, index_t k0, int cols, int d,
                         bool copy = false) {
     const bool pairs_adjacent = Pairs::adjacent_pairs(k, d);
-    if (pairs_adjacent && !copy && k.even_rows(b, h, k0, cols))
+    if (pairs_adjacent && !copy && k.even_run(b, h, k0) >= cols)
       return {reinterpret_cast<const StagedElem*>(k.row(b, h, k0)), k.row_stride()};
     const int width = 2 * pairs(d);
     for (int j = 0; j < cols; ++j) {
