@@ -173,15 +173,8 @@ struct PagedCache {
     for (index_t i = 0; i < pages; ++i) table[i] = std::int32_t(i);
     std::shuffle(table.begin(), table.end(), std::mt19937(3));
     lengths.assign(std::size_t(batch), std::int32_t(kv));
-    auto c = flashattn::paged_kv_cache<const T>(k.data(), v.data(), pages, page, heads_kv, dim, table.data(), batch,
-                                                per_seq, lengths.data());
-    if (hnd) {  // (heads, page rows, dim) inside a page
-      for (auto* x : {&c.k_pages, &c.v_pages}) {
-        x->stride_head = page * dim;
-        x->stride_seq = dim;
-      }
-    }
-    view = c;
+    const auto make = hnd ? flashattn::paged_kv_cache_hnd<const T> : flashattn::paged_kv_cache_nhd<const T>;
+    view = make(k.data(), v.data(), pages, page, heads_kv, dim, table.data(), batch, per_seq, lengths.data());
   }
 };
 

@@ -4,7 +4,8 @@
 // variant (score modifiers, per-head ALiBi, per-head attention sinks), value distributions (tiny, huge,
 // subnormal, ties) and special values (NaN, ±inf, extremes) at chosen places.
 // About one input in eight is turned into an invalid call by exactly one corruption (shape mismatch,
-// overlap, null data, negative stride or extent, bad scale, ...).
+// overlap, null data, negative stride or extent, bad scale, ...). Valid calls with the options' masks also
+// run through the KV-cache entry points (cache_paths.hpp).
 //
 // What counts as a finding (reported with __builtin_trap(), besides anything the sanitizers catch):
 //   invalid call   -> anything but flashattn::InvalidArgument (a std::invalid_argument), or any write to o/lse;
@@ -662,6 +663,12 @@ void call(int threads, const LibMask& lib_mask, const fa::TensorView<const T>& q
   }
 }
 
+}  // namespace flashattn_fuzz
+
+#include "cache_paths.hpp"
+
+namespace flashattn_fuzz {
+
 enum class Corruption {
   None, BatchMismatch, KvSeqMismatch, OSeqMismatch, HeadsNotMultiple, DimMismatch, DimTooLarge, ZeroHeads,
   ZeroDim, NullData, NegativeStride, NegativeExtent, BadScale, OOverlapsInput, OSelfOverlap, LseShape,
@@ -971,6 +978,7 @@ void run(FuzzedDataProvider& fdp) {
                          !fa::cpu::DecodeKernel<T, 0, isa>::takes(p.seq_q);
     check_results<T>(q, k, v, o, lse, scale, ref_mask, flushes);
   });
+  check_cache_paths<Tiles, T>(fdp, p, q, k, v, bufs);
 }
 
 // The tile configuration. The 16-bit types share the float kernels after conversion, so they take only

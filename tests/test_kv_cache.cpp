@@ -10,7 +10,9 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstdint>
+#include <cmath>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
@@ -113,7 +115,7 @@ struct PagedCopy {
     std::size_t next = 0;
     for (index_t b = 0; b < c.batch(); ++b)
       for (index_t i = 0; i < used[b]; ++i) table[b * max_pages + i] = order[next++];
-    writable = paged_kv_cache(k.data(), v.data(), pages, page, c.heads_kv, c.dim, table.data(), c.batch(),
+    writable = paged_kv_cache_nhd(k.data(), v.data(), pages, page, c.heads_kv, c.dim, table.data(), c.batch(),
                                        max_pages, static_cast<std::int32_t*>(nullptr));
     for (index_t b = 0; b < c.batch(); ++b)
       for (index_t s = 0; s < c.lengths[b]; ++s)
@@ -267,6 +269,130 @@ TEST(KvCache, AppendPastCapacityThrowsAndWritesNothing) {
   }
   EXPECT_EQ(lengths, (std::vector<std::int32_t>{2, 6}));
   for (float x : k.storage()) EXPECT_EQ(x, 0.0f);
+}
+
+// Bad arguments of the cache calls: each an InvalidArgument naming the argument and its values, thrown
+// before anything is written (o keeps its NaN fill, the cache and the lengths their contents).
+struct BadCacheCall {
+  static constexpr index_t kPage = 4;
+  HostTensor<float> q{Layout::Bshd, 2, 1, 4, 8}, o{Layout::Bshd, 2, 1, 4, 8, std::nanf("")};
+  HostTensor<float> k{Layout::Bshd, 2, 12, 2, 8}, v{Layout::Bshd, 2, 12, 2, 8};
+  std::vector<std::int32_t> lengths{5, 12};
+  // A paged cache of 5 pages of 4 rows, 3 pages per request at most; request 0 uses pages 3 and 0, request 1
+  // pages 1, 4 and 2.
+  std::vector<float> k_pages = std::vector<float>(5 * kPage * 2 * 8, 1.0f), v_pages = k_pages;
+  std::vector<std::int32_t> table{3, 0, -1, 1, 4, 2};
+  KvCacheView<const float> cache() const { return {k.cview(), v.cview(), lengths.data()}; }
+  PagedKvCacheView<float> paged() {
+    return paged_kv_cache_nhd(k_pages.data(), v_pages.data(), 5, kPage, 2, 8, table.data(), 2, 3, lengths.data());
+  }
+  bool untouched() const {
+    for (float x : const_cast<HostTensor<float>&>(o).storage())
+      if (!std::isnan(x)) return false;
+    return true;
+  }
+};
+
+template <class Run>
+::testing::AssertionResult cache_call_rejects(const std::function<void(BadCacheCall&)>& corrupt,
+                                              const std::string& needle, Run&& run) {
+  BadCacheCall c;
+  corrupt(c);
+  const std::vector<std::int32_t> lengths = c.lengths;
+  const std::vector<float> pages = c.k_pages;
+  try {
+    run(c);
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    if (what.find(needle) == std::string::npos)
+      return ::testing::AssertionFailure() << "message \"" << what << "\" lacks \"" << needle << "\"";
+    if (!c.untouched() || c.lengths != lengths || c.k_pages != pages)
+      return ::testing::AssertionFailure() << "something was written before the throw";
+    return ::testing::AssertionSuccess() << what;
+  }
+  return ::testing::AssertionFailure() << "no exception";
+}
+
+const auto attend_contiguous = [](BadCacheCall& c) { attention_forward<float>(c.q.cview(), c.cache(), c.o.view()); };
+const auto attend_paged = [](BadCacheCall& c) {
+  attention_forward<float>(c.q.cview(), PagedKvCacheView<const float>(c.paged()), c.o.view());
+};
+
+TEST(KvCacheBadInputs, ContiguousCache) {
+  EXPECT_TRUE(cache_call_rejects([](BadCacheCall& c) { c.lengths[1] = 13; },
+                                 "cache.lengths[1] = 13 is outside [0, 12]", attend_contiguous));
+  EXPECT_TRUE(cache_call_rejects([](BadCacheCall& c) { c.lengths[0] = -1; },
+                                 "cache.lengths[0] = -1 is outside [0, 12]", attend_contiguous));
+  EXPECT_TRUE(cache_call_rejects([](BadCacheCall&) {}, "cache.lengths is null", [](BadCacheCall& c) {
+    attention_forward<float>(c.q.cview(), KvCacheView<const float>{c.k.cview(), c.v.cview(), nullptr}, c.o.view());
+  }));
+  EXPECT_TRUE(cache_call_rejects([](BadCacheCall&) {}, "cache.k and cache.v must have the same heads",
+                                 [](BadCacheCall& c) {
+                                   auto cache = c.cache();
+                                   cache.v.heads = 1;
+                                   attention_forward<float>(c.q.cview(), cache, c.o.view());
+                                 }));
+  EXPECT_TRUE(cache_call_rejects([](BadCacheCall&) {}, "batch sizes disagree", [](BadCacheCall& c) {
+    auto cache = c.cache();
+    cache.k.batch = cache.v.batch = 1;
+    attention_forward<float>(c.q.cview(), cache, c.o.view());
+  }));
+}
+
+TEST(KvCacheBadInputs, PagedCache) {
+  EXPECT_TRUE(cache_call_rejects([](BadCacheCall& c) { c.table[4] = 5; },
+                                 "cache.block_table[1][1] = 5 is not a page of the cache (num_pages = 5)",
+                                 attend_paged));
+  EXPECT_TRUE(cache_call_rejects([](BadCacheCall& c) { c.table[1] = -1; },
+                                 "cache.block_table[0][1] = -1 is not a page of the cache", attend_paged));
+  EXPECT_TRUE(cache_call_rejects([](BadCacheCall& c) { c.lengths[1] = 13; },
+                                 "cache.lengths[1] = 13 is outside [0, 12] (max_pages 3 x page_size 4)", attend_paged));
+  EXPECT_TRUE(cache_call_rejects([](BadCacheCall&) {}, "cache page size must be >= 1", [](BadCacheCall& c) {
+    auto cache = c.paged();
+    cache.k_pages.seq = cache.v_pages.seq = 0;
+    attention_forward<float>(c.q.cview(), PagedKvCacheView<const float>(cache), c.o.view());
+  }));
+  EXPECT_TRUE(cache_call_rejects([](BadCacheCall&) {}, "cache.block_table is null", [](BadCacheCall& c) {
+    auto cache = c.paged();
+    cache.block_table = nullptr;
+    attention_forward<float>(c.q.cview(), PagedKvCacheView<const float>(cache), c.o.view());
+  }));
+  EXPECT_TRUE(cache_call_rejects([](BadCacheCall&) {}, "cache.batch (1) must be q's batch (2)", [](BadCacheCall& c) {
+    auto cache = c.paged();
+    cache.batch = 1;
+    attention_forward<float>(c.q.cview(), PagedKvCacheView<const float>(cache), c.o.view());
+  }));
+  EXPECT_TRUE(cache_call_rejects([](BadCacheCall&) {}, "cache.table_stride (2) must be >= cache.max_pages (3)",
+                                 [](BadCacheCall& c) {
+                                   auto cache = c.paged();
+                                   cache.table_stride = 2;
+                                   attention_forward<float>(c.q.cview(), PagedKvCacheView<const float>(cache),
+                                                            c.o.view());
+                                 }));
+  EXPECT_TRUE(cache_call_rejects([](BadCacheCall&) {}, "cache.k_pages and cache.v_pages must have the same pages",
+                                 [](BadCacheCall& c) {
+                                   auto cache = c.paged();
+                                   cache.v_pages.batch = 4;
+                                   attention_forward<float>(c.q.cview(), PagedKvCacheView<const float>(cache),
+                                                            c.o.view());
+                                 }));
+}
+
+TEST(KvCacheBadInputs, Append) {
+  HostTensor<float> one_row(Layout::Bshd, 2, 1, 2, 8, 2.0f), wrong_heads(Layout::Bshd, 2, 1, 1, 8, 2.0f);
+  // Request 0 has 5 rows in pages 3 and 0; its 9th row would need table[0][2] = -1.
+  EXPECT_TRUE(cache_call_rejects([](BadCacheCall& c) { c.lengths = {8, 4}; },
+                                 "cache.block_table[0][2] = -1 is not a page of the cache", [&](BadCacheCall& c) {
+                                   kv_cache_append(c.paged(), one_row.cview(), one_row.cview());
+                                 }));
+  EXPECT_TRUE(cache_call_rejects([](BadCacheCall&) {}, "cache.lengths[1] = 12 is outside [0, 11]",
+                                 [&](BadCacheCall& c) {
+                                   kv_cache_append(c.paged(), one_row.cview(), one_row.cview());
+                                 }));
+  EXPECT_TRUE(cache_call_rejects([](BadCacheCall&) {}, "k_new and v_new must both be (batch=2, n, heads=2, dim=8)",
+                                 [&](BadCacheCall& c) {
+                                   kv_cache_append(c.paged(), wrong_heads.cview(), wrong_heads.cview());
+                                 }));
 }
 
 }  // namespace

@@ -17,4 +17,5 @@
 #include "flashattn/forward.hpp"
 #include "flashattn/instrument/accounting.hpp"
 #include "flashattn/kv_cache.hpp"
+#include "flashattn/varlen.hpp"
 #include "flashattn/version.hpp"

@@ -21,10 +21,14 @@ struct ForwardParams {
   double scale = 1.0;     // resolved: never unset here
   index_t group = 1;      // heads_q / heads_kv: query head h reads KV head h / group
 
-  index_t batch() const { return q.batch; }
+  index_t batch() const { return seqs.batch; }
   index_t heads() const { return q.heads; }
   index_t head_dim() const { return q.dim; }
   index_t kv_head(index_t h) const { return h / group; }
+  // Entry b's rows of q, o and lse, indexed (b, s, h) / (b, h, s) whatever the layout (sequence.hpp).
+  TensorView<const T> q_rows(index_t b) const { return seqs.entry_rows(q, b); }
+  TensorView<T> o_rows(index_t b) const { return seqs.entry_rows(o, b); }
+  LseView lse_rows(index_t b) const { return lse.empty() ? lse : seqs.entry_rows(lse, b); }
 };
 
 }  // namespace flashattn

@@ -65,13 +65,29 @@ struct PagedKvCacheView {
   }
 };
 
-// Pages stored contiguously as (num_pages, page_size, heads_kv, dim), a dense (batch, max_pages) table.
+// Pages stored contiguously, rows × heads × dim inside a page ("NHD": a step's new rows of all heads are
+// contiguous), with a dense (batch, max_pages) table.
 template <class T>
-PagedKvCacheView<T> paged_kv_cache(T* k_pages, T* v_pages, index_t num_pages, index_t page_size, index_t heads_kv,
-                                   index_t dim, const std::int32_t* block_table, index_t batch, index_t max_pages,
-                                   cache_lengths_ptr<T> lengths) {
+PagedKvCacheView<T> paged_kv_cache_nhd(T* k_pages, T* v_pages, index_t num_pages, index_t page_size,
+                                       index_t heads_kv, index_t dim, const std::int32_t* block_table, index_t batch,
+                                       index_t max_pages, cache_lengths_ptr<T> lengths) {
   return {bshd(k_pages, num_pages, page_size, heads_kv, dim),
           bshd(v_pages, num_pages, page_size, heads_kv, dim),
+          block_table,
+          batch,
+          max_pages,
+          max_pages,
+          lengths};
+}
+
+// The same with heads × rows × dim inside a page ("HND": one head's rows of a page are contiguous, the
+// order a decode step reads them in; docs/inference.md compares the two).
+template <class T>
+PagedKvCacheView<T> paged_kv_cache_hnd(T* k_pages, T* v_pages, index_t num_pages, index_t page_size,
+                                       index_t heads_kv, index_t dim, const std::int32_t* block_table, index_t batch,
+                                       index_t max_pages, cache_lengths_ptr<T> lengths) {
+  return {bhsd(k_pages, num_pages, heads_kv, page_size, dim),
+          bhsd(v_pages, num_pages, heads_kv, page_size, dim),
           block_table,
           batch,
           max_pages,
@@ -92,6 +108,8 @@ struct CacheLengths {
   FLASHATTN_HOST_DEVICE index_t max_kv_len() const { return max_kv; }
   FLASHATTN_HOST_DEVICE index_t total_q() const { return batch * seq_q; }
   FLASHATTN_HOST_DEVICE index_t q_row(index_t b, index_t s) const { return b * seq_q + s; }
+  template <class View>
+  FLASHATTN_HOST_DEVICE View entry_rows(const View& x, index_t /*b*/) const { return x; }
 };
 
 // The KV source of a paged cache (kv_source.hpp's members): rows are evenly spaced within a page, so a

@@ -13,6 +13,8 @@
 // run ends at the end of a page (a tile that crosses pages is gathered row by row, or, by the decode
 // kernel, read through one pointer per row: row_pointers below).
 
+#include <cstdint>
+
 #include "flashattn/core/views.hpp"
 
 namespace flashattn {
@@ -34,6 +36,19 @@ template <class T>
 FLASHATTN_HOST_DEVICE DenseKv<T> dense_kv(const TensorView<const T>& view) {
   return {view};
 }
+
+// Keys of variable-length entries packed into one (1, total_k, heads, dim) view: entry b's key s is row
+// cu[b] + s.
+template <class T>
+struct PackedKv {
+  TensorView<const T> view;  // (1, total_k, heads_kv, dim)
+  const std::int32_t* cu = nullptr;
+
+  FLASHATTN_HOST_DEVICE const T* row(index_t b, index_t h, index_t s) const { return view.row(0, cu[b] + s, h); }
+  FLASHATTN_HOST_DEVICE index_t dim_stride() const { return view.stride_dim; }
+  FLASHATTN_HOST_DEVICE index_t even_run(index_t, index_t, index_t) const { return kUnboundedRun; }
+  FLASHATTN_HOST_DEVICE index_t row_stride() const { return view.stride_seq; }
+};
 
 // out[j] = the row of key s + j, for j < n: one row() per run of evenly spaced rows, not per row (a paged
 // source's row() divides by the page size).

@@ -154,8 +154,9 @@ class DecodeKernel {
     // must still meet an infinite K element as itself: q·inf·scale = ±inf, where 0·inf would be NaN). A
     // score modifier sees natural units scale·q·k, so then only log2(e) remains to apply.
     const Acc score_scale = modifies_scores_v<Policy> ? kLog2e : Acc(p.scale) * kLog2e;
+    const TensorView<const T> q = p.q_rows(b);
     for (int r = 0; r < rows; ++r) {
-      load_row(s.q(r), p.q.row(b, r % seq_q, h0 + r / seq_q), p.q.stride_dim, d);
+      load_row(s.q(r), q.row(b, r % seq_q, h0 + r / seq_q), q.stride_dim, d);
       std::fill(s.q(r) + d, s.q(r) + dp, Acc(0));
       std::fill(s.o(r), s.o(r) + dp, Acc(0));
     }

@@ -97,10 +97,11 @@ class ForwardKernel {
       } else {
         softmax[g].finalize(s.inv_l(), s.lse());
       }
-      Epilogue::store_o(p.o, mask, seq, qg, rows, d, s.ot(g), s.inv_l());
+      Epilogue::store_o(p.o_rows(seq.batch), mask, seq, qg, rows, d, s.ot(g), s.inv_l());
       acct.write(Traffic::O, rows * d * index_t(sizeof(T)));
       if (!p.lse.empty()) {
-        for (int i = 0; i < rows; ++i) p.lse(seq.batch, seq.head, qg + i) = float(s.lse()[i]);
+        const LseView lse = p.lse_rows(seq.batch);
+        for (int i = 0; i < rows; ++i) lse(seq.batch, seq.head, qg + i) = float(s.lse()[i]);
         acct.write(Traffic::Lse, index_t(rows) * index_t(sizeof(float)));
       }
     }
@@ -150,7 +151,7 @@ class ForwardKernel {
     for (int g = 0; g < panels; ++g) {
       const index_t qg = q0 + g * PanelQ;
       const int rows = int(panel_end(g) - qg);
-      Ops::load_lanes(s.qt(g), s.row_buf(), p.q, b, h, qg, rows, d);
+      Ops::load_lanes(s.qt(g), s.row_buf(), p.q_rows(b), b, h, qg, rows, d);
       acct.read(Traffic::Q, rows * row_bytes);
       std::fill(s.ot(g), s.ot(g) + std::size_t(d) * PanelQ, Acc(0));
     }

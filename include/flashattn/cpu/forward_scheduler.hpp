@@ -44,13 +44,15 @@ void write_merged_rows(int threads, const ForwardParams<T, Kv, Layout>& p, const
       const auto policy = policy_for(mask, seq);
       Acc sink = -std::numeric_limits<Acc>::infinity();
       if constexpr (has_sink_v<decltype(policy)>) sink = Acc(policy.sink_logit()) * Kernel::kLog2e;
+      const TensorView<T> o = p.o_rows(seq.batch);
+      const LseView lse_rows = p.lse_rows(seq.batch);
       for (index_t i = 0; i < seq.seq_q; ++i) {
-        T* out = p.o.row(seq.batch, i, seq.head);
+        T* out = o.row(seq.batch, i, seq.head);
         const Acc lse = partials.combine(partial_row(seq, i), o_buf.data(), [&](int c, Acc value) {
           if constexpr (transforms_output_v<decltype(policy)>) value = Acc(policy.transform_output(i, c, value));
-          out[c * p.o.stride_dim] = T(value);
+          out[c * o.stride_dim] = T(value);
         }, sink);
-        if (!p.lse.empty()) p.lse(seq.batch, seq.head, i) = float(lse);
+        if (!lse_rows.empty()) lse_rows(seq.batch, seq.head, i) = float(lse);
       }
     }
   });

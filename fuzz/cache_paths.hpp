@@ -1,0 +1,117 @@
+#pragma once
+// The KV-cache entry points under the fuzzer (flashattn/kv_cache.hpp). A valid options-mask problem is run
+// again with its K/V copied into a paged cache (a fuzzed page size, pages in a fuzzed order, unused table
+// entries −1, every request's length = seq_k) and through a contiguous cache view of the same K/V: both
+// must give the dense call's bits (the same kernel, the same key ranges). About one time in four, one
+// argument of the paged call is corrupted instead (a table entry out of range, a length past the table, a
+// page size of 0): that must throw InvalidArgument and write nothing.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "flashattn/kv_cache.hpp"
+
+namespace flashattn_fuzz {
+
+template <class T>
+struct PagedCopy {
+  std::vector<T> k, v;
+  std::vector<std::int32_t> table, lengths;
+  fa::PagedKvCacheView<const T> view;
+};
+
+// The K/V views copied into pages of `page` rows; (page, heads, dim) inside a page.
+template <class T>
+PagedCopy<T> paged_copy(const fa::TensorView<const T>& k, const fa::TensorView<const T>& v, index_t page, Rng& rng) {
+  PagedCopy<T> c;
+  const index_t batch = k.batch, seq_k = k.seq, per_seq = (seq_k + page - 1) / page + 1;  // one spare per request
+  const index_t pages = batch * per_seq;
+  c.k.assign(std::size_t(pages * page * k.heads * k.dim), T(0));
+  c.v.assign(c.k.size(), T(0));
+  c.table.resize(std::size_t(pages));
+  for (index_t i = 0; i < pages; ++i) c.table[std::size_t(i)] = std::int32_t(i);
+  for (index_t i = pages - 1; i > 0; --i) std::swap(c.table[std::size_t(i)], c.table[std::size_t(rng.below(i + 1))]);
+  for (index_t b = 0; b < batch; ++b) c.table[std::size_t(b * per_seq + per_seq - 1)] = -1;  // never read
+  c.lengths.assign(std::size_t(batch), std::int32_t(seq_k));
+  const auto w = fa::paged_kv_cache_nhd(c.k.data(), c.v.data(), pages, page, k.heads, k.dim, c.table.data(), batch,
+                                    per_seq, c.lengths.data());
+  for (index_t b = 0; b < batch; ++b)
+    for (index_t s = 0; s < seq_k; ++s)
+      for (index_t h = 0; h < k.heads; ++h)
+        for (index_t d = 0; d < k.dim; ++d) {
+          w.k_pages(w.page_of(b, s), s % page, h, d) = k(b, s, h, d);
+          w.v_pages(w.page_of(b, s), s % page, h, d) = v(b, s, h, d);
+        }
+  c.view = w;
+  return c;
+}
+
+// o_dense / lse_dense: the dense call's results, in the buffers behind o / lse (bufs.o2 / bufs.lse2 are
+// overwritten here).
+template <class Tiles, class T, class Bufs>
+void check_cache_paths(FuzzedDataProvider& fdp, const Problem& p, const fa::TensorView<const T>& q,
+                       const fa::TensorView<const T>& k, const fa::TensorView<const T>& v, Bufs& bufs) {
+  if (p.mask != MaskKind::Options || p.batch == 0 || p.seq_q == 0) return;
+  Rng rng{fdp.ConsumeIntegral<std::uint64_t>()};
+  const index_t page = fdp.ConsumeIntegralInRange<index_t>(1, std::max<index_t>(1, p.seq_k + 1));
+  PagedCopy<T> paged = paged_copy(k, v, page, rng);
+  const fa::cpu::Context<Tiles> ctx{p.threads};
+  fa::TensorView<T> o2 = bufs.to2.view();
+  const fa::LseView lse2 = bufs.lse_view(bufs.lse2);
+
+  const int corrupt = fdp.ConsumeIntegralInRange(0, 11);
+  if (corrupt < 3) {
+    fa::PagedKvCacheView<const T> bad = paged.view;
+    if (corrupt == 0) {
+      if (p.seq_k == 0) return;
+      paged.table[0] = fdp.ConsumeBool() ? -1 : std::int32_t(bad.num_pages());  // request 0's first page
+    } else if (corrupt == 1) {
+      paged.lengths[std::size_t(p.batch - 1)] = std::int32_t(bad.capacity() + 1);
+    } else {
+      bad.k_pages.seq = bad.v_pages.seq = 0;
+    }
+    const std::vector<T> o_before = bufs.o2;
+    const std::vector<float> lse_before = bufs.lse2;
+    bool threw = false;
+    try {
+      fa::attention_forward(ctx, q, bad, o2, p.opts, lse2);
+    } catch (const fa::InvalidArgument&) {
+      threw = true;
+    } catch (...) {
+      finding("a bad paged-cache call threw something other than flashattn::InvalidArgument");
+    }
+    FUZZ_CHECK(threw, "a bad paged-cache call did not throw");
+    FUZZ_CHECK(std::memcmp(o_before.data(), bufs.o2.data(), o_before.size() * sizeof(T)) == 0,
+               "a bad paged-cache call wrote to o");
+    FUZZ_CHECK(lse_before == bufs.lse2 || std::memcmp(lse_before.data(), bufs.lse2.data(),
+                                                      lse_before.size() * sizeof(float)) == 0,
+               "a bad paged-cache call wrote to lse");
+    return;
+  }
+
+  const auto same_as_dense = [&](const char* what) {
+    for (std::size_t i = 0; i < bufs.o.size(); ++i)
+      if (!same_bits(bufs.o[i], bufs.o2[i])) finding(what);
+    for (std::size_t i = 0; i < bufs.lse.size(); ++i)
+      if (!same_bits(bufs.lse[i], bufs.lse2[i])) finding(what);
+  };
+  try {
+    fa::attention_forward(ctx, q, paged.view, o2, p.opts, lse2);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "exception: %s\n", e.what());
+    finding("a valid paged-cache call threw");
+  }
+  same_as_dense("a paged cache gave other bits than the dense call");
+  std::vector<std::int32_t> lengths(std::size_t(p.batch), std::int32_t(p.seq_k));
+  try {
+    fa::attention_forward(ctx, q, fa::KvCacheView<const T>{k, v, lengths.data()}, o2, p.opts, lse2);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "exception: %s\n", e.what());
+    finding("a valid contiguous-cache call threw");
+  }
+  same_as_dense("a contiguous cache gave other bits than the dense call");
+}
+
+}  // namespace flashattn_fuzz
