@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Device run for issue 22: bench_decode (decode kernel vs the prefill kernel, K+V GB/s against a same-run read) on the Xeon.
+# Device run (issue 22, 2026-12-06): tests of the cache/varlen/decode paths on the Xeon, then bench_decode
+# (decode, paged, batch8; 1 and 2 threads pinned to cores 2,3) and bench_varlen.
 set -uo pipefail
-lscpu | grep -E "Model name|^CPU\(s\)|L2|L3"
-cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_BUILD_TESTS=OFF -DFLASHATTN_BUILD_EXAMPLES=OFF -DFLASHATTN_INSTALL=OFF > /dev/null 2>&1 || echo "cmake failed"
-ninja -C build-dev bench_decode > build.log 2>&1 || tail -20 build.log
-FLASHATTN_BENCH_THREADS=1,2 timeout 420 taskset -c 2,3 ./build-dev/bench/bench_decode --benchmark_counters_tabular=true 2>&1 | tee $OUT/decode_xeon.txt
+exec > >(tee "$OUT/log.txt") 2>&1
+lscpu | grep -E "Model name|^CPU\(s\)|L2|L3"; g++ --version | head -1
+cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_BUILD_EXAMPLES=OFF -DFLASHATTN_INSTALL=OFF > /dev/null 2>&1 || echo "cmake failed"
+ninja -C build-dev test_kv_cache test_varlen test_decode bench_decode bench_varlen > build.log 2>&1 || tail -30 build.log
+for t in test_kv_cache test_varlen test_decode; do echo "== $t"; ./build-dev/tests/$t --gtest_brief=1 2>&1 | tail -3; done
+FLASHATTN_BENCH_THREADS=1,2 timeout 330 taskset -c 2,3 ./build-dev/bench/bench_decode --benchmark_counters_tabular=true 2>&1 | tee $OUT/decode_xeon.txt
+FLASHATTN_BENCH_THREADS=1,2 timeout 150 taskset -c 2,3 ./build-dev/bench/bench_varlen --benchmark_counters_tabular=true 2>&1 | tee $OUT/varlen_xeon.txt
