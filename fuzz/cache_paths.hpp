@@ -4,7 +4,8 @@
 // entries −1, every request's length = seq_k) and through a contiguous cache view of the same K/V: both
 // must give the dense call's bits (the same kernel, the same key ranges). About one time in four, one
 // argument of the paged call is corrupted instead (a table entry out of range, a length past the table, a
-// page size of 0): that must throw InvalidArgument and write nothing.
+// page size of 0): that must throw InvalidArgument and write nothing. The same problems also run as a packed
+// varlen batch of equal lengths (flashattn/varlen.hpp), which must give the dense bits too.
 
 #include <algorithm>
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "flashattn/kv_cache.hpp"
+#include "flashattn/varlen.hpp"
 
 namespace flashattn_fuzz {
 
@@ -46,6 +48,59 @@ PagedCopy<T> paged_copy(const fa::TensorView<const T>& k, const fa::TensorView<c
         }
   c.view = w;
   return c;
+}
+
+// A contiguous packed (1, batch · seq, heads, dim) copy of a (batch, seq, heads, dim) view.
+template <class T>
+std::vector<T> packed_copy(const fa::TensorView<const T>& x) {
+  std::vector<T> out(std::size_t(x.numel()));
+  std::size_t i = 0;
+  for (index_t b = 0; b < x.batch; ++b)
+    for (index_t s = 0; s < x.seq; ++s)
+      for (index_t h = 0; h < x.heads; ++h)
+        for (index_t d = 0; d < x.dim; ++d) out[i++] = x(b, s, h, d);
+  return out;
+}
+
+// The same problem as a packed varlen batch of equal lengths: the same kernel and key ranges as the dense
+// call, so the same bits, row for row.
+template <class Tiles, class T, class Bufs>
+void check_varlen_path(const Problem& p, const fa::TensorView<const T>& q, const fa::TensorView<const T>& k,
+                       const fa::TensorView<const T>& v, Bufs& bufs) {
+  const std::vector<T> qp = packed_copy(q), kp = packed_copy(k), vp = packed_copy(v);
+  std::vector<T> op(qp.size(), poison<T>());
+  std::vector<float> lp(std::size_t(p.batch * p.heads_q * p.seq_q), poison<float>());
+  std::vector<std::int32_t> cu_q, cu_k;
+  for (index_t b = 0; b <= p.batch; ++b) {
+    cu_q.push_back(std::int32_t(b * p.seq_q));
+    cu_k.push_back(std::int32_t(b * p.seq_k));
+  }
+  const index_t total_q = p.batch * p.seq_q, total_k = p.batch * p.seq_k;
+  try {
+    fa::attention_forward_varlen(fa::cpu::Context<Tiles>{p.threads}, fa::packed<const T>(qp.data(), total_q, p.heads_q, p.dim),
+                                 fa::packed<const T>(kp.data(), total_k, p.heads_kv, p.dim),
+                                 fa::packed<const T>(vp.data(), total_k, p.heads_kv, p.dim),
+                                 fa::packed(op.data(), total_q, p.heads_q, p.dim),
+                                 fa::PackedBatch{cu_q.data(), cu_k.data(), p.batch}, p.opts,
+                                 p.want_lse ? fa::lse_packed(lp.data(), p.heads_q, total_q) : fa::LseView{});
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "exception: %s\n", e.what());
+    finding("a valid varlen call threw");
+  }
+  const fa::TensorView<T> o = bufs.to.view();
+  const fa::LseView lse = bufs.lse_view(bufs.lse);
+  std::size_t i = 0;
+  for (index_t b = 0; b < p.batch; ++b)
+    for (index_t s = 0; s < p.seq_q; ++s)
+      for (index_t h = 0; h < p.heads_q; ++h)
+        for (index_t d = 0; d < p.dim; ++d, ++i)
+          FUZZ_CHECK(same_bits(op[i], o(b, s, h, d)), "a packed varlen batch gave other bits than the dense call");
+  if (p.want_lse)
+    for (index_t b = 0; b < p.batch; ++b)
+      for (index_t h = 0; h < p.heads_q; ++h)
+        for (index_t s = 0; s < p.seq_q; ++s)
+          FUZZ_CHECK(same_bits(lp[std::size_t(h * total_q + b * p.seq_q + s)], lse(b, h, s)),
+                     "a packed varlen batch gave another LSE than the dense call");
 }
 
 // o_dense / lse_dense: the dense call's results, in the buffers behind o / lse (bufs.o2 / bufs.lse2 are
@@ -112,6 +167,7 @@ void check_cache_paths(FuzzedDataProvider& fdp, const Problem& p, const fa::Tens
     finding("a valid contiguous-cache call threw");
   }
   same_as_dense("a contiguous cache gave other bits than the dense call");
+  check_varlen_path<Tiles, T>(p, q, k, v, bufs);
 }
 
 }  // namespace flashattn_fuzz
