@@ -13,6 +13,7 @@
 // paged/<dtype>/kv:<keys>/page:<rows>/<nhd|hnd>/threads:<n>: the same step on a paged cache (pages
 // shuffled), alternated in the same loop with the contiguous BHSD cache: x_contiguous = paged rate /
 // contiguous rate. nhd pages are (page_size, heads, dim), hnd pages (heads, page_size, dim).
+// FLASHATTN_BENCH_SWEEP=1: the decode rows (q:1) at 1k-128k keys only (bench/plot_decode.py plots them).
 // batch8/<dtype>/threads:<n>: 8 requests of one contiguous BHSD cache (capacity 32768) whose lengths
 // spread over 1k-32k; x_read counts the K/V rows the requests use.
 #include <benchmark/benchmark.h>
@@ -225,11 +226,21 @@ void bm_batch8(benchmark::State& state) {
   });
 }
 
+// FLASHATTN_BENCH_SWEEP=1: decode rows at more KV lengths (1k to 128k keys, q:1 only), for
+// bench/plot_decode.py's plot of K+V GB/s against the KV length.
+std::vector<index_t> kv_lengths() {
+  const char* sweep = std::getenv("FLASHATTN_BENCH_SWEEP");
+  if (sweep != nullptr && sweep[0] == '1') return {1024, 4096, 16384, 32768, 65536, 131072};
+  return {32768, 131072};
+}
+
 template <class T>
 void register_rows() {
-  for (index_t kv : {32768, 131072})
+  const bool sweep = kv_lengths().size() > 2;
+  for (index_t kv : kv_lengths())
     for (index_t seq_q : {1, 4})
       for (int threads : thread_counts()) {
+        if (sweep && seq_q != 1) continue;
         const std::string tail = std::string("/") + dtype_name<T>() + "/kv:" + std::to_string(kv) + "/q:" +
                                  std::to_string(seq_q) + "/threads:" + std::to_string(threads);
         const int iterations = kv > 32768 ? 5 : 9;
@@ -238,7 +249,7 @@ void register_rows() {
             ->Unit(benchmark::kMillisecond)
             ->Iterations(iterations)
             ->UseManualTime();
-        if (kv == 32768 && seq_q == 1)
+        if (kv == 32768 && seq_q == 1 && !sweep)
           benchmark::RegisterBenchmark(("prefill_kernel" + tail).c_str(), bm_decode<T>)
               ->Args({kv, seq_q, threads, 0})
               ->Unit(benchmark::kMillisecond)
@@ -276,9 +287,11 @@ int main(int argc, char** argv) {
   register_rows<float>();
   register_rows<Eigen::half>();
   register_rows<Eigen::bfloat16>();
-  register_cache_rows<float>();
-  register_cache_rows<Eigen::half>();
-  register_cache_rows<Eigen::bfloat16>();
+  if (kv_lengths().size() == 2) {
+    register_cache_rows<float>();
+    register_cache_rows<Eigen::half>();
+    register_cache_rows<Eigen::bfloat16>();
+  }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
 }
