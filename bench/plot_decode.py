@@ -8,7 +8,8 @@ The JSON comes from one bench_decode run with the sweep rows:
     FLASHATTN_BENCH_SWEEP=1 FLASHATTN_BENCH_THREADS=1,2 build-bench/bench/bench_decode \
         --benchmark_filter='^decode/' --benchmark_format=json > decode_sweep.json
 
-Solid lines: the kernel's K+V GB/s; dashed: the same-run streaming read of a buffer as large as K+V at the
+Solid (one thread) and dash-dotted (more) lines: the kernel's K+V GB/s; gray dashed (one thread) and black
+dotted (more): the median over dtypes of the same-run streaming read of a buffer as large as K+V at the
 same thread count (at small KV lengths both fit in the last-level cache, so both rates are cache rates).
 """
 import argparse
@@ -55,7 +56,8 @@ def main():
         by_kv = {}
         for kv, _, read in pts:
             by_kv.setdefault(kv, []).append(read)
-        ax.plot(sorted(by_kv), [sorted(by_kv[k])[len(by_kv[k]) // 2] for k in sorted(by_kv)], "--", color="gray",
+        ax.plot(sorted(by_kv), [sorted(by_kv[k])[len(by_kv[k]) // 2] for k in sorted(by_kv)],
+                "--" if threads == 1 else ":", color="gray" if threads == 1 else "black",
                 label=f"streaming read, {threads} thread{'s' if threads > 1 else ''} (median)")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("KV length (keys)")
