@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -99,11 +100,12 @@ struct PagedCopy {
   PagedKvCacheView<T> writable;     // lengths unset
   PagedKvCacheView<const T> view;  // the case's lengths
 
-  PagedCopy(const CacheProblem<T>& pr, index_t page) : page_size(page) {
+  // room: rows past each request's length whose pages the table names too (for appends).
+  PagedCopy(const CacheProblem<T>& pr, index_t page, index_t room = 0) : page_size(page) {
     const CacheCase& c = pr.c;
     max_pages = (c.capacity + page - 1) / page;
     std::vector<index_t> used(std::size_t(c.batch()));
-    for (index_t b = 0; b < c.batch(); ++b) used[b] = (c.lengths[b] + page - 1) / page;
+    for (index_t b = 0; b < c.batch(); ++b) used[b] = (c.lengths[b] + room + page - 1) / page;
     pages = std::accumulate(used.begin(), used.end(), index_t(0)) + 3;  // three spare pages nobody owns
     std::vector<std::int32_t> order(static_cast<std::size_t>(pages));
     std::iota(order.begin(), order.end(), 0);
@@ -163,7 +165,6 @@ TEST(KvCache, ContiguousFp16MatchesReference) { check_contiguous_against_referen
 template <class T>
 void check_paged_equals_contiguous() {
   for (const CacheCase& c : cases()) {
-    if (c.layout != Layout::Bshd) continue;  // pages are BSHD; the contiguous cache must read the same bits
     CacheProblem<T> pr(c);
     attention_forward(cpu::Context<>{2}, pr.q.cview(), pr.cache(), pr.o.view(), c.options(), pr.lse.view());
     const std::vector<unsigned char> want = bytes_of(pr.o.storage());
@@ -171,8 +172,15 @@ void check_paged_equals_contiguous() {
       SCOPED_TRACE(c.name() + " page " + std::to_string(page));
       PagedCopy<T> paged(pr, page);
       HostTensor<T> o(c.layout, c.batch(), c.seq_q, c.heads, c.dim, T(-7));
-      attention_forward(cpu::Context<>{2}, pr.q.cview(), paged.view, o.view(), c.options());
+      HostLse lse(c.batch(), c.heads, c.seq_q);
+      attention_forward(cpu::Context<>{2}, pr.q.cview(), paged.view, o.view(), c.options(), lse.view());
       EXPECT_EQ(bytes_of(o.storage()), want);
+      for (index_t b = 0; b < c.batch(); ++b)
+        for (index_t h = 0; h < c.heads; ++h)
+          for (index_t i = 0; i < c.seq_q; ++i) {
+            const float x = lse.view()(b, h, i), y = pr.lse.view()(b, h, i);
+            EXPECT_EQ(std::memcmp(&x, &y, sizeof(float)), 0) << "lse " << b << " " << h << " " << i;
+          }
     }
   }
 }
@@ -234,18 +242,10 @@ TEST(KvCache, AppendThenAttend) {
     for (index_t s = after[b]; s < c.capacity; ++s) EXPECT_EQ(k.view()(b, s, 0, 0), 0.0f);
 
   // The paged cache, from the pre-append rows: pages of 8, so request 1's append crosses a page.
+  // The pages hold the pre-append rows only (the same values: CacheProblem(c) has full's seeds), and the
+  // table names the pages the two appended rows need; the append must write them.
   CacheProblem<float> before(c);
-  for (index_t b = 0; b < c.batch(); ++b)  // before's rows: the first lengths[b] of the full cache
-    for (index_t s = 0; s < c.capacity; ++s)
-      for (index_t h = 0; h < c.heads_kv; ++h)
-        for (index_t d = 0; d < c.dim; ++d) {
-          before.k.view()(b, s, h, d) = k.view()(b, s, h, d);
-          before.v.view()(b, s, h, d) = v.view()(b, s, h, d);
-        }
-  CacheCase room = c;
-  room.lengths = after;  // the pages the appended rows need must be in the table
-  CacheProblem<float> sized(room);
-  PagedCopy<float> paged(sized, 8);
+  PagedCopy<float> paged(before, 8, 2);
   std::vector<std::int32_t> paged_lengths = c.lengths;
   PagedKvCacheView<float> writable = paged.writable;
   writable.lengths = paged_lengths.data();
@@ -280,7 +280,7 @@ struct BadCacheCall {
   std::vector<std::int32_t> lengths{5, 12};
   // A paged cache of 5 pages of 4 rows, 3 pages per request at most; request 0 uses pages 3 and 0, request 1
   // pages 1, 4 and 2.
-  std::vector<float> k_pages = std::vector<float>(5 * kPage * 2 * 8, 1.0f), v_pages = k_pages;
+  std::vector<float> k_pages = std::vector<float>(5 * kPage * 2 * 8, 1.0f), v_pages = std::vector<float>(k_pages.size(), 2.0f);
   std::vector<std::int32_t> table{3, 0, -1, 1, 4, 2};
   KvCacheView<const float> cache() const { return {k.cview(), v.cview(), lengths.data()}; }
   PagedKvCacheView<float> paged() {
@@ -299,14 +299,14 @@ template <class Run>
   BadCacheCall c;
   corrupt(c);
   const std::vector<std::int32_t> lengths = c.lengths;
-  const std::vector<float> pages = c.k_pages;
+  const std::vector<float> pages = c.k_pages, v_pages = c.v_pages;
   try {
     run(c);
   } catch (const InvalidArgument& e) {
     const std::string what = e.what();
     if (what.find(needle) == std::string::npos)
       return ::testing::AssertionFailure() << "message \"" << what << "\" lacks \"" << needle << "\"";
-    if (!c.untouched() || c.lengths != lengths || c.k_pages != pages)
+    if (!c.untouched() || c.lengths != lengths || c.k_pages != pages || c.v_pages != v_pages)
       return ::testing::AssertionFailure() << "something was written before the throw";
     return ::testing::AssertionSuccess() << what;
   }
@@ -378,6 +378,22 @@ TEST(KvCacheBadInputs, PagedCache) {
                                  }));
 }
 
+// The kernels read the lengths and the table while they write o and lse: an output on top of either is
+// rejected.
+TEST(KvCacheBadInputs, OutputsOverlappingLengthsOrTable) {
+  EXPECT_TRUE(cache_call_rejects([](BadCacheCall&) {}, "lse overlaps the memory of argument cache.lengths",
+                                 [](BadCacheCall& c) {
+                                   attention_forward<float>(c.q.cview(), c.cache(), c.o.view(), {},
+                                                            lse_bhs(reinterpret_cast<float*>(c.lengths.data()), 2, 4, 1));
+                                 }));
+  EXPECT_TRUE(cache_call_rejects([](BadCacheCall&) {}, "lse overlaps the memory of argument cache.block_table",
+                                 [](BadCacheCall& c) {
+                                   attention_forward<float>(c.q.cview(), PagedKvCacheView<const float>(c.paged()),
+                                                            c.o.view(), {},
+                                                            lse_bhs(reinterpret_cast<float*>(c.table.data()), 2, 4, 1));
+                                 }));
+}
+
 TEST(KvCacheBadInputs, Append) {
   HostTensor<float> one_row(Layout::Bshd, 2, 1, 2, 8, 2.0f), wrong_heads(Layout::Bshd, 2, 1, 1, 8, 2.0f);
   // Request 0 has 5 rows in pages 3 and 0; its 9th row would need table[0][2] = -1.
@@ -393,6 +409,28 @@ TEST(KvCacheBadInputs, Append) {
                                  [&](BadCacheCall& c) {
                                    kv_cache_append(c.paged(), wrong_heads.cview(), wrong_heads.cview());
                                  }));
+  // Both requests' next rows go to page 2, which both list.
+  EXPECT_TRUE(cache_call_rejects([](BadCacheCall& c) { c.lengths = {5, 8}; c.table[1] = 2; },
+                                 "kv_cache_append would write page 2", [&](BadCacheCall& c) {
+                                   kv_cache_append(c.paged(), one_row.cview(), one_row.cview());
+                                 }));
+  EXPECT_TRUE(cache_call_rejects([](BadCacheCall&) {}, "the cache's K and V views start at the same address",
+                                 [&](BadCacheCall& c) {
+                                   auto cache = c.paged();
+                                   cache.v_pages.data = cache.k_pages.data;
+                                   kv_cache_append(cache, one_row.cview(), one_row.cview());
+                                 }));
+  EXPECT_TRUE(cache_call_rejects([](BadCacheCall& c) { c.lengths = {5, 4}; }, "k_new overlaps the memory of the cache's K",
+                                 [&](BadCacheCall& c) {
+                                   auto cache = c.paged();
+                                   const TensorView<const float> inside = bshd<const float>(c.k_pages.data(), 2, 1, 2, 8);
+                                   kv_cache_append(cache, inside, one_row.cview());
+                                 }));
+  EXPECT_TRUE(cache_call_rejects([](BadCacheCall&) {}, "overflow 64-bit offsets", [&](BadCacheCall& c) {
+    auto cache = c.paged();
+    cache.table_stride = std::numeric_limits<index_t>::max();
+    kv_cache_append(cache, one_row.cview(), one_row.cview());
+  }));
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "flashattn/core/errors.hpp"
 #include "flashattn/core/forward_params.hpp"
 #include "flashattn/core/forward_validate.hpp"
+#include "flashattn/core/kv_cache_validate.hpp"
 #include "flashattn/core/kv_source.hpp"
 #include "flashattn/core/sequence.hpp"
 #include "flashattn/core/validate.hpp"
@@ -76,6 +77,8 @@ ForwardParams<T, PackedKv<T>, PackedLengths> make_varlen_forward_params(const Te
   if (seqs.batch < 0) detail::fail("seqs.batch must be >= 0, got " + std::to_string(seqs.batch));
   const index_t max_q = detail::check_cu_seqlens("cu_seqlens_q", seqs.cu_seqlens_q, seqs.batch, q.seq, "q's total rows");
   const index_t max_k = detail::check_cu_seqlens("cu_seqlens_k", seqs.cu_seqlens_k, seqs.batch, k.seq, "k's total rows");
+  detail::check_outputs_apart("cu_seqlens_q", detail::int32_span(seqs.cu_seqlens_q, seqs.batch + 1), o, lse);
+  detail::check_outputs_apart("cu_seqlens_k", detail::int32_span(seqs.cu_seqlens_k, seqs.batch + 1), o, lse);
   ForwardParams<T, PackedKv<T>, PackedLengths> p;
   p.q = q;
   p.k = PackedKv<T>{k, seqs.cu_seqlens_k};

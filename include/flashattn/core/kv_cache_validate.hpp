@@ -42,10 +42,6 @@ template <class T>
 void check_block_table(const PagedKvCacheView<T>& c, index_t adding = 0) {
   if (c.batch > 0 && c.max_pages > 0 && c.block_table == nullptr)
     fail("cache.block_table is null, but the batch has " + std::to_string(c.batch) + " requests");
-  if (c.max_pages < 0) fail("cache.max_pages must be >= 0, got " + std::to_string(c.max_pages));
-  if (c.batch > 1 && c.table_stride < c.max_pages)
-    fail("cache.table_stride (" + std::to_string(c.table_stride) + ") must be >= cache.max_pages (" +
-         std::to_string(c.max_pages) + "): rows of the block table would overlap");
   for (index_t b = 0; b < c.batch; ++b) {
     const index_t used = (index_t(c.lengths[b]) + adding + c.page_size() - 1) / c.page_size();
     for (index_t i = 0; i < used; ++i) {
@@ -64,12 +60,50 @@ index_t check_paged_cache(const PagedKvCacheView<T>& c, index_t batch, index_t a
   if (c.page_size() < 1) fail("cache page size must be >= 1, got " + describe("cache.k_pages", c.k_pages));
   if (c.batch != batch)
     fail("cache.batch (" + std::to_string(c.batch) + ") must be q's batch (" + std::to_string(batch) + ")");
+  if (c.max_pages < 0) fail("cache.max_pages must be >= 0, got " + std::to_string(c.max_pages));
+  if (c.batch > 1 && c.table_stride < c.max_pages)
+    fail("cache.table_stride (" + std::to_string(c.table_stride) + ") must be >= cache.max_pages (" +
+         std::to_string(c.max_pages) + "): rows of the block table would overlap");
+  index_t capacity = 0, table_extent = 0;
+  if (__builtin_mul_overflow(c.max_pages, c.page_size(), &capacity) ||
+      (c.batch > 0 && (__builtin_mul_overflow(c.batch - 1, c.table_stride, &table_extent) ||
+                       __builtin_add_overflow(table_extent, c.max_pages, &table_extent))))
+    fail("cache.max_pages (" + std::to_string(c.max_pages) + "), page size (" + std::to_string(c.page_size()) +
+         ") or table_stride (" + std::to_string(c.table_stride) + ") overflow 64-bit offsets");
   const index_t longest = check_cache_lengths(
-      c.lengths, c.batch, std::min<index_t>(c.capacity(), std::numeric_limits<std::int32_t>::max()) - adding,
+      c.lengths, c.batch, std::min<index_t>(capacity, std::numeric_limits<std::int32_t>::max()) - adding,
       "max_pages " + std::to_string(c.max_pages) + " x page_size " + std::to_string(c.page_size()) +
           (adding > 0 ? " less the " + std::to_string(adding) + " rows appended" : std::string()));
   check_block_table(c, adding);
   return longest;
+}
+
+// The bytes of `count` int32 values at `data` (lengths, a block table, offsets).
+inline ByteSpan int32_span(const std::int32_t* data, index_t count) {
+  if (data == nullptr || count <= 0) return {};
+  const auto begin = reinterpret_cast<std::uintptr_t>(data);
+  return {begin, begin + std::uintptr_t(count) * sizeof(std::int32_t)};
+}
+
+// The kernels read the lengths, block table or offsets while they write o and lse: those must not share
+// memory, or early rows would change what later programs read.
+template <class T>
+void check_outputs_apart(const char* name, const ByteSpan& index_array, const TensorView<T>& o, const LseView& lse) {
+  const ByteSpan o_span = check_view("o", o);
+  if (o_span.overlaps(index_array)) fail(overlap("o", o_span, "argument", name, index_array));
+  if (!lse.empty()) {
+    const ByteSpan lse_span = checked_span<3>([&] { return describe(lse); }, lse.data, sizeof(float),
+                                              {lse.batch, lse.heads, lse.seq},
+                                              {lse.stride_batch, lse.stride_head, lse.stride_seq},
+                                              {"batch", "heads", "seq"});
+    if (lse_span.overlaps(index_array)) fail(overlap("lse", lse_span, "argument", name, index_array));
+  }
+}
+
+// The rows of a paged cache's table its requests use, as bytes.
+template <class T>
+ByteSpan table_span(const PagedKvCacheView<T>& c) {
+  return c.batch > 0 ? int32_span(c.block_table, (c.batch - 1) * c.table_stride + c.max_pages) : ByteSpan{};
 }
 
 }  // namespace detail
@@ -84,6 +118,7 @@ ForwardParams<T, DenseKv<T>, CacheLengths> make_cache_forward_params(const Tenso
   detail::check_forward_views(q, cache.k, cache.v, o, lse, detail::KvBatch::Requests, "cache.k", "cache.v");
   const index_t longest = detail::check_cache_lengths(cache.lengths, q.batch, cache.capacity(),
                                                       "the cache's capacity, cache.k's seq");
+  detail::check_outputs_apart("cache.lengths", detail::int32_span(cache.lengths, q.batch), o, lse);
   ForwardParams<T, DenseKv<T>, CacheLengths> p;
   p.q = q;
   p.k = dense_kv(cache.k);
@@ -105,6 +140,8 @@ ForwardParams<T, PagedKv<T>, CacheLengths> make_paged_forward_params(const Tenso
   detail::check_forward_views(q, cache.k_pages, cache.v_pages, o, lse, detail::KvBatch::Pages, "cache.k_pages",
                               "cache.v_pages");
   const index_t longest = detail::check_paged_cache(cache, q.batch);
+  detail::check_outputs_apart("cache.lengths", detail::int32_span(cache.lengths, q.batch), o, lse);
+  detail::check_outputs_apart("cache.block_table", detail::table_span(cache), o, lse);
   ForwardParams<T, PagedKv<T>, CacheLengths> p;
   p.q = q;
   p.k = PagedKv<T>{cache.k_pages, cache.block_table, cache.table_stride};
