@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <type_traits>
@@ -135,6 +136,18 @@ class HostLse {
   std::vector<float> data_;
   LseView view_;
 };
+
+// The bytes of n values, for bit-for-bit comparisons (NaNs included) of two results.
+template <class T>
+std::vector<unsigned char> bytes_of(const T* data, std::size_t n) {
+  std::vector<unsigned char> out(n * sizeof(T));
+  if (n > 0) std::memcpy(out.data(), data, out.size());
+  return out;
+}
+template <class T>
+std::vector<unsigned char> bytes_of(const std::vector<T>& x) {
+  return bytes_of(x.data(), x.size());
+}
 
 // Fills every element of a view with N(0, stddev²) values, rounded to T (the reference then reads the
 // rounded values, so rounding the inputs is not an error of the kernel).

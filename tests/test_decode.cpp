@@ -92,13 +92,6 @@ TEST(Decode, Fp64MatchesReference) { check_against_reference<double>(); }
 TEST(Decode, Bf16MatchesReference) { check_against_reference<Eigen::bfloat16>(); }
 TEST(Decode, Fp16MatchesReference) { check_against_reference<Eigen::half>(); }
 
-template <class T>
-std::vector<unsigned char> bytes_of(const std::vector<T>& x) {
-  std::vector<unsigned char> out(x.size() * sizeof(T));
-  std::memcpy(out.data(), x.data(), out.size());
-  return out;
-}
-
 // Key ranges are chosen from the shape alone, so 1, 2 and 3 threads give the same bits.
 template <class T>
 void check_thread_counts() {

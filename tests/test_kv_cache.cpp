@@ -133,13 +133,6 @@ struct PagedCopy {
 };
 
 template <class T>
-std::vector<unsigned char> bytes_of(const std::vector<T>& x) {
-  std::vector<unsigned char> out(x.size() * sizeof(T));
-  std::memcpy(out.data(), x.data(), out.size());
-  return out;
-}
-
-template <class T>
 void check_contiguous_against_reference() {
   for (const CacheCase& c : cases()) {
     SCOPED_TRACE(c.name());

@@ -88,13 +88,6 @@ LseView lse_rows(LseView x, index_t first, index_t n) {
   return x;
 }
 
-template <class T>
-std::vector<unsigned char> bytes_of(const T* data, std::size_t n) {
-  std::vector<unsigned char> out(n * sizeof(T));
-  std::memcpy(out.data(), data, out.size());
-  return out;
-}
-
 std::vector<VarlenCase> short_cases() {
   return {
       {{5, 300, 1, 0, 64}, {7, 300, 450, 3, 64}, 8, 2, 64, true},  // prefill: causal, an empty sequence
