@@ -5,7 +5,8 @@
 // subnormal, ties) and special values (NaN, ±inf, extremes) at chosen places.
 // About one input in eight is turned into an invalid call by exactly one corruption (shape mismatch,
 // overlap, null data, negative stride or extent, bad scale, ...). Valid calls with the options' masks also
-// run through the KV-cache entry points (cache_paths.hpp).
+// run through the KV-cache entry points (cache_paths.hpp) and the backward, dense and packed
+// (backward_paths.hpp).
 //
 // What counts as a finding (reported with __builtin_trap(), besides anything the sanitizers catch):
 //   invalid call   -> anything but flashattn::InvalidArgument (a std::invalid_argument), or any write to o/lse;
@@ -666,6 +667,7 @@ void call(int threads, const LibMask& lib_mask, const fa::TensorView<const T>& q
 }  // namespace flashattn_fuzz
 
 #include "cache_paths.hpp"
+#include "backward_paths.hpp"
 
 namespace flashattn_fuzz {
 
@@ -979,6 +981,7 @@ void run(FuzzedDataProvider& fdp) {
     check_results<T>(q, k, v, o, lse, scale, ref_mask, flushes);
   });
   check_cache_paths<Tiles, T>(fdp, p, q, k, v, bufs);
+  check_backward_paths<Tiles, T>(fdp, p, q, k, v);
 }
 
 // The tile configuration. The 16-bit types share the float kernels after conversion, so they take only

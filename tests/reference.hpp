@@ -114,6 +114,7 @@ class HostTensor {
   TensorView<T> view() const { return view_; }
   TensorView<const T> cview() const { return view_; }
   std::vector<T>& storage() { return data_; }
+  const std::vector<T>& storage() const { return data_; }
 
  private:
   std::vector<T> data_;

@@ -3,7 +3,9 @@
 // a separate dense call on that sequence alone through the same kernel (same tiles; key counts below the
 // split threshold, so neither call splits its keys), prefill and decode, with masks and GQA; longer
 // sequences (split into key ranges) against the fp64 reference for every storage type; the same bits on
-// 1, 2 and 3 threads; and bad offsets rejected before anything is written.
+// 1, 2 and 3 threads; and bad offsets rejected before anything is written. The packed backward likewise:
+// each sequence's dq, dk, dv have the bits of a separate dense backward, match the fp64 gradients under
+// the tolerance rule, do not depend on the thread count, and bad offsets are rejected.
 
 #include <gtest/gtest.h>
 
@@ -19,6 +21,7 @@
 #include "flashattn/cpu/tiles.hpp"
 #include "flashattn/varlen.hpp"
 #include "reference.hpp"
+#include "reference_backward.hpp"
 #include "tolerance.hpp"
 
 namespace flashattn::testing {
@@ -202,6 +205,170 @@ TEST(Varlen, BadOffsetsThrowAndWriteNothing) {
   rejects([](P&, PackedBatch& s, TensorView<const float>&) { s.cu_seqlens_k = nullptr; }, "cu_seqlens_k is null");
   rejects([](P&, PackedBatch& s, TensorView<const float>&) { s.batch = -1; }, "seqs.batch must be >= 0, got -1");
   rejects([](P&, PackedBatch&, TensorView<const float>& q) { q.batch = 2; }, "batch sizes disagree");
+}
+
+// ---- The packed backward ----------------------------------------------------------------------------------
+
+// A packed forward's tensors plus dO and the three gradients (NaN first: an element the backward forgets
+// to write fails every comparison).
+template <class T>
+struct PackedGrads : Packed<T> {
+  HostTensor<T> d_o, dq, dk, dv;
+  explicit PackedGrads(const VarlenCase& c)
+      : Packed<T>(c),
+        d_o(Layout::Bshd, 1, this->cu_q.back(), c.heads, c.dim),
+        dq(Layout::Bshd, 1, this->cu_q.back(), c.heads, c.dim, nan()),
+        dk(Layout::Bshd, 1, this->cu_k.back(), c.heads_kv, c.dim, nan()),
+        dv(Layout::Bshd, 1, this->cu_k.back(), c.heads_kv, c.dim, nan()) {
+    fill_normal(d_o.view(), 24);
+  }
+  static T nan() { return T(std::numeric_limits<float>::quiet_NaN()); }
+
+  template <class Ctx>
+  void run(const Ctx& ctx) {
+    attention_forward_varlen(ctx, this->q.cview(), this->k.cview(), this->v.cview(), this->o.view(), this->seqs(),
+                             this->c.options(), this->lse.view());
+    attention_backward_varlen(ctx, this->q.cview(), this->k.cview(), this->v.cview(), this->o.cview(), d_o.cview(),
+                              this->lse.view(), dq.view(), dk.view(), dv.view(), this->seqs(), this->c.options());
+  }
+  std::vector<unsigned char> grad_bytes() const {
+    std::vector<unsigned char> all;
+    for (const HostTensor<T>* g : {&dq, &dk, &dv}) {
+      const auto b = bytes_of(g->storage().data(), g->storage().size());
+      all.insert(all.end(), b.begin(), b.end());
+    }
+    return all;
+  }
+};
+
+// Backward cases: prefill-shaped (the backward has no decode kernel), with an empty sequence, keys without
+// queries and queries without keys.
+std::vector<VarlenCase> backward_cases() {
+  return {
+      {{5, 300, 0, 64, 3}, {7, 300, 450, 64, 0}, 8, 2, 64, true},
+      {{100, 37, 200}, {100, 500, 9}, 4, 4, 40},
+      {{4, 130, 3}, {20, 400, 3}, 6, 3, 64, true},
+      {{64, 90}, {300, 90}, 4, 2, 64, false, 40},
+  };
+}
+
+template <class T>
+void check_backward_equals_separate_calls() {
+  using Ctx = cpu::Context<cpu::DefaultTiles<T>>;
+  for (const VarlenCase& c : backward_cases()) {
+    SCOPED_TRACE(c.name());
+    PackedGrads<T> pk(c);
+    pk.run(Ctx{2});
+    for (index_t b = 0; b < c.batch(); ++b) {
+      SCOPED_TRACE("sequence " + std::to_string(b));
+      const index_t q0 = pk.cu_q[b], nq = c.q_lens[b], k0 = pk.cu_k[b], nk = c.k_lens[b];
+      using P = Packed<T>;
+      HostTensor<T> dq(Layout::Bshd, 1, nq, c.heads, c.dim), dk(Layout::Bshd, 1, nk, c.heads_kv, c.dim),
+          dv(Layout::Bshd, 1, nk, c.heads_kv, c.dim);
+      // The packed forward's O and LSE are a separate forward's bits (check_equals_separate_calls).
+      attention_backward(Ctx{1}, P::rows(pk.q.cview(), q0, nq), P::rows(pk.k.cview(), k0, nk),
+                         P::rows(pk.v.cview(), k0, nk), P::rows(pk.o.cview(), q0, nq),
+                         P::rows(pk.d_o.cview(), q0, nq), lse_rows(pk.lse.view(), q0, nq), dq.view(), dk.view(),
+                         dv.view(), c.options());
+      const TensorView<T> got[] = {P::rows(pk.dq.view(), q0, nq), P::rows(pk.dk.view(), k0, nk),
+                                   P::rows(pk.dv.view(), k0, nk)};
+      const HostTensor<T>* want[] = {&dq, &dk, &dv};
+      const char* names[] = {"dq", "dk", "dv"};
+      for (int g = 0; g < 3; ++g)
+        EXPECT_EQ(bytes_of(got[g].data, std::size_t(got[g].numel())),
+                  bytes_of(want[g]->storage().data(), want[g]->storage().size()))
+            << names[g];
+    }
+  }
+}
+
+TEST(VarlenBackward, Fp32EqualsSeparateCalls) { check_backward_equals_separate_calls<float>(); }
+TEST(VarlenBackward, Bf16EqualsSeparateCalls) { check_backward_equals_separate_calls<Eigen::bfloat16>(); }
+TEST(VarlenBackward, Fp16EqualsSeparateCalls) { check_backward_equals_separate_calls<Eigen::half>(); }
+
+// Each sequence's gradients against the fp64 ones, under the tolerance rule (2 × a naive backward in T's
+// accumulator rounding to T between steps, plus a tiny epsilon).
+template <class T>
+void check_backward_against_reference() {
+  const VarlenCase c{{30, 200, 1}, {300, 200, 17}, 4, 2, 64, true};
+  SCOPED_TRACE(c.name());
+  PackedGrads<T> pk(c);
+  pk.run(cpu::Context<>{});
+  for (index_t b = 0; b < c.batch(); ++b) {
+    SCOPED_TRACE("sequence " + std::to_string(b));
+    using P = Packed<T>;
+    const index_t q0 = pk.cu_q[b], nq = c.q_lens[b], k0 = pk.cu_k[b], nk = c.k_lens[b];
+    const auto q = P::rows(pk.q.cview(), q0, nq), k = P::rows(pk.k.cview(), k0, nk),
+               v = P::rows(pk.v.cview(), k0, nk), d_o = P::rows(pk.d_o.cview(), q0, nq);
+    const double scale = 1.0 / std::sqrt(double(c.dim));
+    const BandMask mask = BandMask::window(nq, nk, c.window_left, c.causal ? 0 : -1);
+    const ReferenceGrads exact = reference_backward<double>(q, k, v, d_o, scale, mask);
+    const ReferenceGrads naive = reference_backward<cpu::acc_t<T>, T>(q, k, v, d_o, scale, mask);
+    const std::vector<double> got[] = {to_double(P::rows(pk.dq.cview(), q0, nq)),
+                                       to_double(P::rows(pk.dk.cview(), k0, nk)),
+                                       to_double(P::rows(pk.dv.cview(), k0, nk))};
+    const std::vector<double>* exacts[] = {&exact.dq, &exact.dk, &exact.dv};
+    const std::vector<double>* naives[] = {&naive.dq, &naive.dk, &naive.dv};
+    const char* names[] = {"dq", "dk", "dv"};
+    for (int g = 0; g < 3; ++g) {
+      const ToleranceCheck t{max_abs_error(got[g], *exacts[g]), max_abs_error(*naives[g], *exacts[g]),
+                             tiny_eps<T>(max_abs_finite(*exacts[g]), std::is_same_v<T, double> ? 16.0 : 4.0)};
+      EXPECT_TRUE(t.ok()) << t.describe(names[g]);
+    }
+  }
+}
+
+TEST(VarlenBackward, Fp32MatchesReference) { check_backward_against_reference<float>(); }
+TEST(VarlenBackward, Fp64MatchesReference) { check_backward_against_reference<double>(); }
+TEST(VarlenBackward, Bf16MatchesReference) { check_backward_against_reference<Eigen::bfloat16>(); }
+TEST(VarlenBackward, Fp16MatchesReference) { check_backward_against_reference<Eigen::half>(); }
+
+TEST(VarlenBackward, ThreadCountsGiveTheSameBits) {
+  const VarlenCase c = backward_cases()[0];
+  std::vector<unsigned char> first;
+  for (int threads : {1, 2, 3}) {
+    PackedGrads<float> pk(c);
+    pk.run(cpu::Context<>{threads});
+    if (threads == 1) {
+      first = pk.grad_bytes();
+    } else {
+      EXPECT_EQ(pk.grad_bytes(), first) << threads << " threads";
+    }
+  }
+}
+
+// Bad offsets, and gradients on top of them: InvalidArgument naming them, the gradients untouched.
+TEST(VarlenBackward, BadOffsetsThrowAndWriteNothing) {
+  const VarlenCase c{{2, 3}, {4, 1}, 2, 1, 8};
+  const auto rejects = [&](auto&& corrupt, const std::string& needle) {
+    PackedGrads<float> pk(c);
+    std::fill(pk.dq.storage().begin(), pk.dq.storage().end(), -3.0f);
+    std::fill(pk.dk.storage().begin(), pk.dk.storage().end(), -3.0f);
+    PackedBatch seqs = pk.seqs();
+    TensorView<float> dk = pk.dk.view();
+    corrupt(pk, seqs, dk);
+    try {
+      attention_backward_varlen<float>(pk.q.cview(), pk.k.cview(), pk.v.cview(), pk.o.cview(), pk.d_o.cview(),
+                                       pk.lse.view(), pk.dq.view(), dk, pk.dv.view(), seqs);
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      for (float x : pk.dq.storage()) EXPECT_EQ(x, -3.0f);
+      for (float x : pk.dk.storage()) EXPECT_EQ(x, -3.0f);
+      return;
+    }
+    ADD_FAILURE() << "no exception for " << needle;
+  };
+  using G = PackedGrads<float>;
+  rejects([](G& pk, PackedBatch&, TensorView<float>&) { pk.cu_q[0] = 1; }, "cu_seqlens_q[0] must be 0, got 1");
+  rejects([](G& pk, PackedBatch&, TensorView<float>&) { pk.cu_k[1] = 6; },
+          "cu_seqlens_k must not decrease: cu_seqlens_k[1] = 6 > cu_seqlens_k[2] = 5");
+  rejects([](G& pk, PackedBatch&, TensorView<float>&) { pk.cu_q[2] = 4; },
+          "cu_seqlens_q[batch = 2] = 4 must be q's total rows (5)");
+  rejects([](G&, PackedBatch& s, TensorView<float>&) { s.cu_seqlens_q = nullptr; }, "cu_seqlens_q is null");
+  rejects([](G&, PackedBatch& s, TensorView<float>&) { s.batch = -1; }, "seqs.batch must be >= 0, got -1");
+  // dk laid over the key offsets: (1, 5, 1, 8) floats from cu_seqlens_k's address on.
+  rejects([](G& pk, PackedBatch&, TensorView<float>& dk) { dk.data = reinterpret_cast<float*>(pk.cu_k.data()); },
+          "cu_seqlens_k");
 }
 
 }  // namespace

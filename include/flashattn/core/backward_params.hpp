@@ -24,6 +24,22 @@ struct BackwardParams {
   index_t group = 1;        // heads_q / heads_kv: query head h reads KV head h / group
 
   index_t kv_head(index_t h) const { return h / group; }
+  index_t batch() const { return seqs.batch; }
+  // The views shifted to entry b's rows (sequence.hpp's entry_rows / entry_key_rows), indexed (b, s, h) /
+  // (b, h, s) whatever the layout: what a kernel program of entry b reads and writes.
+  BackwardParams entry(index_t b) const {
+    BackwardParams e = *this;
+    e.q = seqs.entry_rows(q, b);
+    e.o = seqs.entry_rows(o, b);
+    e.d_o = seqs.entry_rows(d_o, b);
+    e.dq = seqs.entry_rows(dq, b);
+    e.lse = seqs.entry_rows(lse, b);
+    e.k = seqs.entry_key_rows(k, b);
+    e.v = seqs.entry_key_rows(v, b);
+    e.dk = seqs.entry_key_rows(dk, b);
+    e.dv = seqs.entry_key_rows(dv, b);
+    return e;
+  }
 };
 
 }  // namespace flashattn

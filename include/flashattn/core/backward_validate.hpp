@@ -65,20 +65,13 @@ bool views_share_element(const TensorView<A>& a, ByteSpan a_span, const TensorVi
   return representable(representable, byte_offset / index_t(sizeof(A)), 3);
 }
 
-}  // namespace detail
-
-// Validates a backward call and resolves its options. q, k, v, o and lse are the forward's inputs, output
+// The checks every backward call makes on its views. q, k, v, o and lse are the forward's inputs, output
 // and saved LSE; d_o is the incoming gradient; dq, dk, dv receive the gradients (shapes of q, k, v).
 template <class T>
-BackwardParams<T> make_backward_params(const TensorView<const T>& q, const TensorView<const T>& k,
-                                       const TensorView<const T>& v, const TensorView<const T>& o,
-                                       const TensorView<const T>& d_o, const LseView& lse, const TensorView<T>& dq,
-                                       const TensorView<T>& dk, const TensorView<T>& dv,
-                                       const AttentionOptions& opts) {
+void check_backward_views(const TensorView<const T>& q, const TensorView<const T>& k, const TensorView<const T>& v,
+                          const TensorView<const T>& o, const TensorView<const T>& d_o, const LseView& lse,
+                          const TensorView<T>& dq, const TensorView<T>& dk, const TensorView<T>& dv) {
   const auto [q_span, k_span, v_span] = detail::check_inputs(q, k, v);
-  using detail::describe;
-  using detail::fail;
-  using detail::sizes;
   const detail::ByteSpan o_span = detail::check_view("o", o);
   const detail::ByteSpan do_span = detail::check_view("d_o", d_o);
   const detail::ByteSpan dq_span = detail::check_view("dq", dq);
@@ -141,7 +134,18 @@ BackwardParams<T> make_backward_params(const TensorView<const T>& q, const Tenso
         fail(std::string(out_names[a]) + " overlaps the memory of input " + in_names[i]);
     if (out_spans[a].overlaps(lse_span)) fail(std::string(out_names[a]) + " overlaps the memory of input lse");
   }
+}
 
+}  // namespace detail
+
+// Validates a backward call and resolves its options.
+template <class T>
+BackwardParams<T> make_backward_params(const TensorView<const T>& q, const TensorView<const T>& k,
+                                       const TensorView<const T>& v, const TensorView<const T>& o,
+                                       const TensorView<const T>& d_o, const LseView& lse, const TensorView<T>& dq,
+                                       const TensorView<T>& dk, const TensorView<T>& dv,
+                                       const AttentionOptions& opts) {
+  detail::check_backward_views(q, k, v, o, d_o, lse, dq, dk, dv);
   const double scale = detail::resolve_scale(opts, q.dim);
 
   BackwardParams<T> p;

@@ -110,6 +110,8 @@ struct CacheLengths {
   FLASHATTN_HOST_DEVICE index_t q_row(index_t b, index_t s) const { return b * seq_q + s; }
   template <class View>
   FLASHATTN_HOST_DEVICE View entry_rows(const View& x, index_t /*b*/) const { return x; }
+  template <class View>
+  FLASHATTN_HOST_DEVICE View entry_key_rows(const View& x, index_t /*b*/) const { return x; }
 };
 
 // The KV source of a paged cache (kv_source.hpp's members): rows are evenly spaced within a page, so a

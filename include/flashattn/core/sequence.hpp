@@ -4,8 +4,10 @@
 // an entry's rows end) read lengths only through a layout type, never from a view's `seq`.
 //
 // Every layout also says where entry b's query rows are in the q / o / lse views (entry_rows): a view
-// whose (b, s, h) element is entry b's query s. Dense layouts return the view itself; a packed one shifts
-// it to the entry's first row, so the kernels index every layout the same way.
+// whose (b, s, h) element is entry b's query s; and likewise where its key rows are in k / v-shaped
+// views (entry_key_rows: the backward's k, v, dk, dv; the forward reads keys through a KV source,
+// kv_source.hpp). Dense layouts return the view itself; a packed one shifts it to the entry's first row,
+// so the kernels index every layout the same way.
 //
 // EqualLengths: every entry has seq_q queries and seq_k keys, the dense (batch, seq, heads, dim) views.
 // PackedLengths: variable-length entries packed into (total_tokens, heads, dim) tensors, entry b's rows
@@ -35,6 +37,8 @@ struct EqualLengths {
   FLASHATTN_HOST_DEVICE index_t q_row(index_t b, index_t s) const { return b * seq_q + s; }
   template <class View>
   FLASHATTN_HOST_DEVICE View entry_rows(const View& x, index_t /*b*/) const { return x; }
+  template <class View>
+  FLASHATTN_HOST_DEVICE View entry_key_rows(const View& x, index_t /*b*/) const { return x; }
 };
 
 // Packed variable-length entries: cu_q[b] .. cu_q[b + 1] are entry b's rows of the packed q / o (likewise
@@ -54,7 +58,17 @@ struct PackedLengths {
   // The view from entry b's first row on, its batch stride 0: (b, s, h) is then entry b's row s.
   template <class View>
   FLASHATTN_HOST_DEVICE View entry_rows(View x, index_t b) const {
-    x.data += cu_q[b] * x.stride_seq;
+    return shifted(x, cu_q[b]);
+  }
+  template <class View>
+  FLASHATTN_HOST_DEVICE View entry_key_rows(View x, index_t b) const {
+    return shifted(x, cu_k[b]);
+  }
+
+ private:
+  template <class View>
+  FLASHATTN_HOST_DEVICE static View shifted(View x, index_t first_row) {
+    x.data += first_row * x.stride_seq;
     x.stride_batch = 0;
     return x;
   }

@@ -15,8 +15,8 @@
 
 namespace flashattn::cpu {
 
-template <class TileChoice, class T, class Mask>
-void dispatch_backward(const Context<TileChoice>& ctx, const BackwardParams<T>& p, const Mask& mask) {
+template <class TileChoice, class T, class Layout, class Mask>
+void dispatch_backward(const Context<TileChoice>& ctx, const BackwardParams<T, Layout>& p, const Mask& mask) {
   using TileConfig = std::conditional_t<std::is_same_v<TileChoice, AutoTiles>, DefaultTiles<T>, TileChoice>;
   switch (p.q.dim) {
     case 64:
@@ -29,8 +29,9 @@ void dispatch_backward(const Context<TileChoice>& ctx, const BackwardParams<T>& 
 }
 
 // With the mask the options describe.
-template <class TileChoice, class T>
-void dispatch_backward(const Context<TileChoice>& ctx, const BackwardParams<T>& p, const AttentionOptions& opts) {
+template <class TileChoice, class T, class Layout>
+void dispatch_backward(const Context<TileChoice>& ctx, const BackwardParams<T, Layout>& p,
+                       const AttentionOptions& opts) {
   with_options_mask(opts, [&](const auto& mask) { dispatch_backward(ctx, p, mask); });
 }
 

@@ -165,11 +165,12 @@ class BackwardKernel {
   };
 
   // dQ of query rows [q0, q0 + BlockQ) of head h, and the rows' statistics (written to `stats`).
-  template <class Mask>
-  static void run_dq(const BackwardParams<T>& p, const Mask& mask, const SequenceInfo& seq, index_t q0,
+  template <class Layout, class Mask>
+  static void run_dq(const BackwardParams<T, Layout>& whole, const Mask& mask, const SequenceInfo& seq, index_t q0,
                      DqScratch& s, const RowStats<Acc>& stats) {
     require_score_grad<Mask>();
     const index_t b = seq.batch, h = seq.head;
+    const BackwardParams<T, Layout> p = whole.entry(b);
     const index_t q1 = std::min(q0 + BlockQ, seq.seq_q);
     const int rows = int(q1 - q0);
     const int d = HeadDim > 0 ? HeadDim : int(p.q.dim);
@@ -220,9 +221,10 @@ class BackwardKernel {
   // dK and dV of key rows [k0, k0 + BlockKV) of KV head h_kv in batch entry b, summed over the query
   // heads of its group (each with its own policy: core/variants.hpp's policy_for). Reads the row
   // statistics that every run_dq has written.
-  template <class Mask>
-  static void run_dkv(const BackwardParams<T>& p, const Mask& mask, index_t b, index_t h_kv, index_t k0,
+  template <class Layout, class Mask>
+  static void run_dkv(const BackwardParams<T, Layout>& whole, const Mask& mask, index_t b, index_t h_kv, index_t k0,
                       DkvScratch& s, const RowStats<Acc>& stats) {
+    const BackwardParams<T, Layout> p = whole.entry(b);
     const index_t seq_q = p.seqs.q_len(b);
     const index_t k1 = std::min(k0 + BlockKV, p.seqs.kv_len(b));
     const int cols = int(k1 - k0);
@@ -294,8 +296,8 @@ class BackwardKernel {
 
   // What multiplies a score tile on its way into the softmax: the tiles hold unscaled q·k, except under a
   // score modifier, which has already turned them into natural-unit scores s' = score(scale·q·k).
-  template <class Mask>
-  static Acc score_scale(const BackwardParams<T>& p) {
+  template <class Mask, class Layout>
+  static Acc score_scale(const BackwardParams<T, Layout>& p) {
     return modifies_scores_v<Mask> ? Acc(1) : Acc(p.scale);
   }
 
@@ -309,7 +311,8 @@ class BackwardKernel {
 
   // D_i = Σ_c dO[i][c]·O[i][c] and −LSE_i (−inf where the row kept no key). Padding rows get D = 0 and
   // −LSE = −inf, so their P and dS are exactly 0.
-  static void row_statistics(const BackwardParams<T>& p, index_t b, index_t h, index_t q0, int rows, int d,
+  template <class Layout>
+  static void row_statistics(const BackwardParams<T, Layout>& p, index_t b, index_t h, index_t q0, int rows, int d,
                              Acc* delta, Acc* neg_lse) {
     for (int i = 0; i < rows; ++i) {
       const T* o_row = p.o.row(b, q0 + i, h);
@@ -328,8 +331,8 @@ class BackwardKernel {
   // float's. So the double path refines it: with the stored value as the shift (within float rounding of
   // the true LSE, so nothing overflows), one more sweep sums ℓ = Σ_j exp(s_j − LSE) in double, and
   // LSE += log(ℓ). One extra Q·Kᵀ per tile: double is the accuracy reference, not a speed target.
-  template <class Mask>
-  static void refine_lse(const BackwardParams<T>& p, const Mask& mask, index_t b, index_t h_kv, index_t q0, int rows,
+  template <class Mask, class Layout>
+  static void refine_lse(const BackwardParams<T, Layout>& p, const Mask& mask, index_t b, index_t h_kv, index_t q0, int rows,
                          int d, index_t kv_begin, index_t kv_end, DqScratch& s) {
     alignas(64) Acc sums[BlockQ] = {};
     // A sink (core/variants.hpp) is one more term of every row's sum: exp(sink − LSE).

@@ -19,8 +19,8 @@
 namespace flashattn::cpu {
 
 // num_threads: the context's (0: the default).
-template <class T, class TileConfig, int HeadDim, class Mask>
-void run_backward(int num_threads, const BackwardParams<T>& p, const Mask& mask) {
+template <class T, class TileConfig, int HeadDim, class Layout, class Mask>
+void run_backward(int num_threads, const BackwardParams<T, Layout>& p, const Mask& mask) {
   using Kernel = BackwardKernel<T, TileConfig, HeadDim>;
   using Acc = typename Kernel::Acc;
   const int threads = num_threads > 0 ? num_threads : default_num_threads();
@@ -32,7 +32,7 @@ void run_backward(int num_threads, const BackwardParams<T>& p, const Mask& mask)
   const RowStats<Acc> stats{stat_buffer.data(), stat_buffer.data() + stat_rows, rows_per_head};
 
   // Pass 1: the heaviest query blocks of a causal problem (the last ones) first, as in the forward.
-  const WorkGrid dq_grid{p.q.batch, p.q.heads, WorkGrid::blocks_of(p.seqs.max_q_len(), Kernel::BlockQ), true};
+  const WorkGrid dq_grid{p.batch(), p.q.heads, WorkGrid::blocks_of(p.seqs.max_q_len(), Kernel::BlockQ), true};
   run_workers(dq_grid.size(), threads, [&](WorkQueue& queue) {
     typename Kernel::DqScratch scratch(int(p.q.dim));
     for (index_t i; queue.next(i);) {
@@ -44,7 +44,7 @@ void run_backward(int num_threads, const BackwardParams<T>& p, const Mask& mask)
   });
 
   // Pass 2: key blocks in ascending order (under a causal mask the first ones see the most queries).
-  const WorkGrid dkv_grid{p.k.batch, p.k.heads, WorkGrid::blocks_of(p.seqs.max_kv_len(), Kernel::BlockKV), false};
+  const WorkGrid dkv_grid{p.batch(), p.k.heads, WorkGrid::blocks_of(p.seqs.max_kv_len(), Kernel::BlockKV), false};
   run_workers(dkv_grid.size(), threads, [&](WorkQueue& queue) {
     typename Kernel::DkvScratch scratch(int(p.q.dim));
     for (index_t i; queue.next(i);) {
