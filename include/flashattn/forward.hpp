@@ -6,6 +6,11 @@
 //   attention_forward([ctx,] q, k, v, o, options, lse, acct)          softmax(scale·Q·Kᵀ + mask)·V into o
 //   attention_forward_masked([ctx,] q, k, v, o, policy, options, lse, acct)   with a policy of the caller's
 //
+// k and v may store another element type than q and o (mixed precision): fp32 queries and outputs
+// against fp16 or bf16 K/V, the usual KV-cache setup. The K/V elements are widened exactly and every sum
+// is fp32, so the result is that of the fp32 call on the widened K/V. Other pairs do not compile
+// (the backend's dispatch names the ones it runs).
+//
 // Calls are thread-safe: no state is shared between calls.
 
 #include <string>
@@ -29,6 +34,10 @@ namespace flashattn {
 namespace detail {
 template <class Context>
 using if_context = std::enable_if_t<is_backend_context_v<Context>>;
+// Overloads for K/V stored in another type than Q/O: enabled only when the types differ, so a call of one
+// type never sees two candidates. KvElem may be const-qualified (views of const or mutable data).
+template <class T, class KvElem>
+using if_mixed_kv = std::enable_if_t<!std::is_same_v<T, std::remove_const_t<KvElem>>>;
 
 // `example`: how to compose the band into a policy, e.g. "score_mod(BandMask::causal(seq_q, seq_k), fn)".
 [[noreturn]] inline void reject_window_with_policy(const char* example) {
@@ -57,6 +66,27 @@ void attention_forward(detail::nondeduced<TensorView<const T>> q, detail::nonded
                        detail::nondeduced<TensorView<const T>> v, TensorView<T> o,
                        const AttentionOptions& options = {}, LseView lse = {}, Accounting&& acct = Accounting{}) {
   attention_forward<cpu::Context<>, T>(cpu::Context<>{}, q, k, v, o, options, lse, std::forward<Accounting>(acct));
+}
+
+// Mixed precision: q and o of type T, k and v of another (both views of one element type).
+template <class Context, class T, class KvElem, class Accounting = NoAccounting, class = detail::if_context<Context>,
+          class = detail::if_mixed_kv<T, KvElem>>
+void attention_forward(const Context& ctx, detail::nondeduced<TensorView<const T>> q, TensorView<KvElem> k,
+                       TensorView<KvElem> v, TensorView<T> o, const AttentionOptions& options = {}, LseView lse = {},
+                       Accounting&& acct = Accounting{}) {
+  using E = std::remove_const_t<KvElem>;
+  const auto p = make_forward_params<T, E>(q, k, v, o, lse, options);
+  validate_context(ctx, p.head_dim());
+  if (p.batch() == 0 || p.q.seq == 0) return;
+  dispatch_forward(ctx, p, options, acct);
+}
+
+template <class T, class KvElem, class Accounting = NoAccounting, class = detail::if_mixed_kv<T, KvElem>>
+void attention_forward(detail::nondeduced<TensorView<const T>> q, TensorView<KvElem> k, TensorView<KvElem> v,
+                       TensorView<T> o, const AttentionOptions& options = {}, LseView lse = {},
+                       Accounting&& acct = Accounting{}) {
+  attention_forward<cpu::Context<>, T, KvElem>(cpu::Context<>{}, q, k, v, o, options, lse,
+                                               std::forward<Accounting>(acct));
 }
 
 // As attention_forward, with a policy (core/masks.hpp, core/variants.hpp) instead of options.causal /

@@ -5,6 +5,9 @@
 //                                                   rows and advances lengths[b]
 //   attention_forward([ctx,] q, cache, o, options, lse)   q against each request's lengths[b] keys
 //
+// The cache may store another type than q and o: fp32 queries on an fp16 or bf16 cache (forward.hpp's
+// mixed precision), the usual setup, which halves the bytes a decoding step reads.
+//
 // A decoding step appends the step's K/V, then attends; a chunk of a long prompt does the same with more
 // rows (chunked prefill). options.causal aligns each request's query rows with the end of its keys, as for
 // any seq_q ≠ seq_k call: query row i of a request with L keys sees keys [0, L − seq_q + i].
@@ -58,6 +61,47 @@ void attention_forward(detail::nondeduced<TensorView<const T>> q,
                        const detail::nondeduced<PagedKvCacheView<const T>>& cache, TensorView<T> o,
                        const AttentionOptions& options = {}, LseView lse = {}, Accounting&& acct = Accounting{}) {
   attention_forward<cpu::Context<>, T>(cpu::Context<>{}, q, cache, o, options, lse, std::forward<Accounting>(acct));
+}
+
+// Mixed precision: q and o of type T on a cache of another element type (KvCacheView<E> or
+// KvCacheView<const E>, likewise paged).
+template <class Context, class T, class KvElem, class Accounting = NoAccounting, class = detail::if_context<Context>,
+          class = detail::if_mixed_kv<T, KvElem>>
+void attention_forward(const Context& ctx, detail::nondeduced<TensorView<const T>> q, const KvCacheView<KvElem>& cache,
+                       TensorView<T> o, const AttentionOptions& options = {}, LseView lse = {},
+                       Accounting&& acct = Accounting{}) {
+  using E = std::remove_const_t<KvElem>;
+  const auto p = make_cache_forward_params<T, E>(q, KvCacheView<const E>(cache), o, lse, options);
+  validate_context(ctx, p.head_dim());
+  if (p.batch() == 0 || p.q.seq == 0) return;
+  dispatch_forward(ctx, p, options, acct);
+}
+
+template <class T, class KvElem, class Accounting = NoAccounting, class = detail::if_mixed_kv<T, KvElem>>
+void attention_forward(detail::nondeduced<TensorView<const T>> q, const KvCacheView<KvElem>& cache, TensorView<T> o,
+                       const AttentionOptions& options = {}, LseView lse = {}, Accounting&& acct = Accounting{}) {
+  attention_forward<cpu::Context<>, T, KvElem>(cpu::Context<>{}, q, cache, o, options, lse,
+                                               std::forward<Accounting>(acct));
+}
+
+template <class Context, class T, class KvElem, class Accounting = NoAccounting, class = detail::if_context<Context>,
+          class = detail::if_mixed_kv<T, KvElem>>
+void attention_forward(const Context& ctx, detail::nondeduced<TensorView<const T>> q,
+                       const PagedKvCacheView<KvElem>& cache, TensorView<T> o, const AttentionOptions& options = {},
+                       LseView lse = {}, Accounting&& acct = Accounting{}) {
+  using E = std::remove_const_t<KvElem>;
+  const auto p = make_paged_forward_params<T, E>(q, PagedKvCacheView<const E>(cache), o, lse, options);
+  validate_context(ctx, p.head_dim());
+  if (p.batch() == 0 || p.q.seq == 0) return;
+  dispatch_forward(ctx, p, options, acct);
+}
+
+template <class T, class KvElem, class Accounting = NoAccounting, class = detail::if_mixed_kv<T, KvElem>>
+void attention_forward(detail::nondeduced<TensorView<const T>> q, const PagedKvCacheView<KvElem>& cache,
+                       TensorView<T> o, const AttentionOptions& options = {}, LseView lse = {},
+                       Accounting&& acct = Accounting{}) {
+  attention_forward<cpu::Context<>, T, KvElem>(cpu::Context<>{}, q, cache, o, options, lse,
+                                               std::forward<Accounting>(acct));
 }
 
 namespace detail {

@@ -21,9 +21,10 @@ namespace detail {
 // paged cache (then k and v must agree with each other, not with q).
 enum class KvBatch { Requests, Pages };
 
-// The checks every forward call makes on q, k, v, o and lse (k and v: the tensors the keys are stored in).
-template <class T>
-void check_forward_views(const TensorView<const T>& q, const TensorView<const T>& k, const TensorView<const T>& v,
+// The checks every forward call makes on q, k, v, o and lse (k and v: the tensors the keys are stored in,
+// of element type E: T, or a 16-bit type under fp32 queries).
+template <class T, class E = T>
+void check_forward_views(const TensorView<const T>& q, const TensorView<const E>& k, const TensorView<const E>& v,
                          const TensorView<T>& o, const LseView& lse, KvBatch kv_batch = KvBatch::Requests,
                          const char* k_name = "k", const char* v_name = "v") {
   const auto [q_span, k_span, v_span] =
@@ -79,14 +80,14 @@ void check_forward_views(const TensorView<const T>& q, const TensorView<const T>
 }  // namespace detail
 
 // Validates a forward call and resolves its options into the parameters every backend takes.
-template <class T>
-ForwardParams<T> make_forward_params(const TensorView<const T>& q, const TensorView<const T>& k,
-                                     const TensorView<const T>& v, const TensorView<T>& o, const LseView& lse,
-                                     const AttentionOptions& opts) {
+template <class T, class E = T>
+ForwardParams<T, DenseKv<E>> make_forward_params(const TensorView<const T>& q, const TensorView<const E>& k,
+                                                 const TensorView<const E>& v, const TensorView<T>& o,
+                                                 const LseView& lse, const AttentionOptions& opts) {
   detail::check_forward_views(q, k, v, o, lse);
   const double scale = detail::resolve_scale(opts, q.dim);
 
-  ForwardParams<T> p;
+  ForwardParams<T, DenseKv<E>> p;
   p.q = q;
   p.k = dense_kv(k);
   p.v = dense_kv(v);

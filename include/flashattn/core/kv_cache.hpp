@@ -118,6 +118,7 @@ struct CacheLengths {
 // tile that stays in one page is read in place and one that crosses pages is gathered row by row.
 template <class T>
 struct PagedKv {
+  using Elem = T;
   TensorView<const T> pages;  // (num_pages, page_size, heads_kv, dim)
   const std::int32_t* table = nullptr;
   index_t table_stride = 0;

@@ -110,16 +110,17 @@ ByteSpan table_span(const PagedKvCacheView<T>& c) {
 
 // A forward call on a contiguous cache: q (batch, seq_q, heads_q, dim) against the first lengths[b] keys of
 // cache.k / cache.v (batch, capacity, heads_kv, dim).
-template <class T>
-ForwardParams<T, DenseKv<T>, CacheLengths> make_cache_forward_params(const TensorView<const T>& q,
-                                                                      const KvCacheView<const T>& cache,
+// E, the cache's element type, may differ from T (fp32 queries on a 16-bit cache: forward.hpp).
+template <class T, class E = T>
+ForwardParams<T, DenseKv<E>, CacheLengths> make_cache_forward_params(const TensorView<const T>& q,
+                                                                      const KvCacheView<const E>& cache,
                                                                       const TensorView<T>& o, const LseView& lse,
                                                                       const AttentionOptions& opts) {
   detail::check_forward_views(q, cache.k, cache.v, o, lse, detail::KvBatch::Requests, "cache.k", "cache.v");
   const index_t longest = detail::check_cache_lengths(cache.lengths, q.batch, cache.capacity(),
                                                       "the cache's capacity, cache.k's seq");
   detail::check_outputs_apart("cache.lengths", detail::int32_span(cache.lengths, q.batch), o, lse);
-  ForwardParams<T, DenseKv<T>, CacheLengths> p;
+  ForwardParams<T, DenseKv<E>, CacheLengths> p;
   p.q = q;
   p.k = dense_kv(cache.k);
   p.v = dense_kv(cache.v);
@@ -132,9 +133,9 @@ ForwardParams<T, DenseKv<T>, CacheLengths> make_cache_forward_params(const Tenso
 }
 
 // A forward call on a paged cache.
-template <class T>
-ForwardParams<T, PagedKv<T>, CacheLengths> make_paged_forward_params(const TensorView<const T>& q,
-                                                                      const PagedKvCacheView<const T>& cache,
+template <class T, class E = T>
+ForwardParams<T, PagedKv<E>, CacheLengths> make_paged_forward_params(const TensorView<const T>& q,
+                                                                      const PagedKvCacheView<const E>& cache,
                                                                       const TensorView<T>& o, const LseView& lse,
                                                                       const AttentionOptions& opts) {
   detail::check_forward_views(q, cache.k_pages, cache.v_pages, o, lse, detail::KvBatch::Pages, "cache.k_pages",
@@ -142,10 +143,10 @@ ForwardParams<T, PagedKv<T>, CacheLengths> make_paged_forward_params(const Tenso
   const index_t longest = detail::check_paged_cache(cache, q.batch);
   detail::check_outputs_apart("cache.lengths", detail::int32_span(cache.lengths, q.batch), o, lse);
   detail::check_outputs_apart("cache.block_table", detail::table_span(cache), o, lse);
-  ForwardParams<T, PagedKv<T>, CacheLengths> p;
+  ForwardParams<T, PagedKv<E>, CacheLengths> p;
   p.q = q;
-  p.k = PagedKv<T>{cache.k_pages, cache.block_table, cache.table_stride};
-  p.v = PagedKv<T>{cache.v_pages, cache.block_table, cache.table_stride};
+  p.k = PagedKv<E>{cache.k_pages, cache.block_table, cache.table_stride};
+  p.v = PagedKv<E>{cache.v_pages, cache.block_table, cache.table_stride};
   p.o = o;
   p.lse = lse;
   p.seqs = CacheLengths{q.batch, q.seq, longest, cache.lengths};

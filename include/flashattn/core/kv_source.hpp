@@ -7,6 +7,7 @@
 //   even_run(b, h, s)        how many rows from s on are evenly spaced, row_stride() apart (at least 1), so
 //                            that a tile of that many can be read in place as one strided matrix
 //   row_stride()             that spacing
+//   Elem                     the stored element type (a KV cache may store 16-bit K/V for fp32 queries)
 //
 // DenseKv is the dense source: a strided (batch, seq, heads, dim) view, all its rows evenly spaced. A paged
 // KV cache (kv_cache.hpp's PagedKv) has the same members: row() looks the page up in a block table, and a
@@ -24,6 +25,7 @@ inline constexpr index_t kUnboundedRun = index_t(1) << 62;
 
 template <class T>
 struct DenseKv {
+  using Elem = T;
   TensorView<const T> view;  // (batch, seq_k, heads_kv, dim)
 
   FLASHATTN_HOST_DEVICE const T* row(index_t b, index_t h, index_t s) const { return view.row(b, s, h); }
@@ -41,6 +43,7 @@ FLASHATTN_HOST_DEVICE DenseKv<T> dense_kv(const TensorView<const T>& view) {
 // cu[b] + s.
 template <class T>
 struct PackedKv {
+  using Elem = T;
   TensorView<const T> view;  // (1, total_k, heads_kv, dim)
   const std::int32_t* cu = nullptr;
 
@@ -49,6 +52,9 @@ struct PackedKv {
   FLASHATTN_HOST_DEVICE index_t even_run(index_t, index_t, index_t) const { return kUnboundedRun; }
   FLASHATTN_HOST_DEVICE index_t row_stride() const { return view.stride_seq; }
 };
+
+template <class Kv>
+using kv_elem_t = typename Kv::Elem;
 
 // out[j] = the row of key s + j, for j < n: one row() per run of evenly spaced rows, not per row (a paged
 // source's row() divides by the page size).

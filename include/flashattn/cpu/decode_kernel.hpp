@@ -136,7 +136,7 @@ class DecodeKernel {
     const index_t seq_q = p.seqs.q_len(b), seq_k = p.seqs.kv_len(b);
     const int rows = int(heads * seq_q);
     const index_t h_kv = p.kv_head(h0);
-    const index_t row_bytes = d * index_t(sizeof(T));
+    const index_t row_bytes = d * index_t(sizeof(kv_elem_t<Kv>));  // of K or V
 
     std::array<std::optional<Policy>, kRows> policy;
     index_t begin = seq_k, end = 0;
@@ -160,7 +160,7 @@ class DecodeKernel {
       std::fill(s.q(r) + d, s.q(r) + dp, Acc(0));
       std::fill(s.o(r), s.o(r) + dp, Acc(0));
     }
-    acct.read(Traffic::Q, rows * row_bytes);
+    acct.read(Traffic::Q, rows * d * index_t(sizeof(T)));
 
     Softmax softmax;
     for (index_t k0 = begin; k0 < end; k0 += BlockKV) {
@@ -201,12 +201,14 @@ class DecodeKernel {
   }
 
  private:
-  // Whether the micro-kernels read K/V rows as they are: unit dim stride, d a whole number of packets, and
-  // a storage type a packet load takes (Acc itself, or bf16/fp16 widened by detail::load_packet on
-  // AVX-512). Rows are reached through one pointer each, so rows spread over pages are read in place too.
-  // Else a tile is converted into the scratch buffer first (stage).
+  // Whether the micro-kernels read K/V rows of element type E as they are: unit dim stride, d a whole
+  // number of packets, and a storage type a packet load takes (Acc itself, or bf16/fp16 widened by
+  // detail::load_packet on AVX-512; E is the KV source's, which may be 16-bit under fp32 queries). Rows
+  // are reached through one pointer each, so rows spread over pages are read in place too. Else a tile is
+  // converted into the scratch buffer first (stage).
+  template <class E>
   static constexpr bool kLoadsStorage =
-      std::is_same_v<T, Acc> || (std::is_same_v<Acc, float> && is_avx512(isa) && (is_bf16<T> || is_fp16<T>));
+      std::is_same_v<E, Acc> || (std::is_same_v<Acc, float> && is_avx512(isa) && (is_bf16<E> || is_fp16<E>));
   // The rows of a tile as the micro-kernels reach them, rows[j] being key k0 + j's: evenly spaced, or one
   // pointer each (a tile that crosses pages).
   template <class E>
@@ -223,12 +225,13 @@ class DecodeKernel {
   // f(rows): rows [k0, k0 + cols) of one head, as the storage type in place or as Acc staged.
   template <class Rows, class F>
   static void with_rows(Scratch& s, const Rows& x, index_t b, index_t h, index_t k0, int cols, int d, F&& f) {
-    if constexpr (kLoadsStorage) {
+    using E = kv_elem_t<Rows>;
+    if constexpr (kLoadsStorage<E>) {
       if (x.dim_stride() == 1 && d % W == 0) {
-        if (x.even_run(b, h, k0) >= cols) return f(EvenRows<T>{x.row(b, h, k0), x.row_stride()});
-        const T* rows[BlockKV];
+        if (x.even_run(b, h, k0) >= cols) return f(EvenRows<E>{x.row(b, h, k0), x.row_stride()});
+        const E* rows[BlockKV];
         row_pointers(x, b, h, k0, cols, rows);
-        return f(RowList<T>{rows});
+        return f(RowList<E>{rows});
       }
     }
     f(EvenRows<Acc>{stage(s, x, b, h, k0, cols, d), index_t(s.dp())});
@@ -255,9 +258,9 @@ class DecodeKernel {
     if (n <= 0 || x.dim_stride() != 1) return a;
     if (x.even_run(b, h, k0) >= n) {
       a.first = reinterpret_cast<const char*>(x.row(b, h, k0));
-      a.stride_bytes = x.row_stride() * index_t(sizeof(T));
+      a.stride_bytes = x.row_stride() * index_t(sizeof(kv_elem_t<Rows>));
     } else {
-      const T* rows[BlockKV];
+      const kv_elem_t<Rows>* rows[BlockKV];
       row_pointers(x, b, h, k0, n, rows);
       for (int j = 0; j < n; ++j) a.row[j] = reinterpret_cast<const char*>(rows[j]);
       a.listed = true;

@@ -70,6 +70,12 @@ void forward_with_tiles(const Context<AutoTiles>& auto_ctx, const ForwardParams<
 template <class TileChoice, class T, class Kv, class Layout, class Mask, class Accounting>
 void dispatch_forward(const Context<TileChoice>& ctx, const ForwardParams<T, Kv, Layout>& p, const Mask& mask,
                       Accounting& acct) {
+  // The mixed precision this backend runs: fp32 Q/O with K/V widened from fp16 or bf16 on the way in
+  // (tile_ops.hpp's staging, decode_kernel.hpp's packet loads).
+  using E = kv_elem_t<Kv>;
+  static_assert(std::is_same_v<T, E> || (std::is_same_v<T, float> && (is_bf16<E> || is_fp16<E>)),
+                "flashattn (CPU backend): K/V of another type than Q/O are supported for fp32 Q/O with fp16 or "
+                "bf16 K/V only; convert the other pairs to one type");
   if constexpr (std::is_same_v<TileChoice, AutoTiles>) {
     if constexpr (is_bf16<T> && is_compiled(Isa::Amx)) {
       if (amx::usable()) return detail::forward_with_tiles<AmxTiles<T>>(ctx, p, mask, acct);
@@ -77,7 +83,7 @@ void dispatch_forward(const Context<TileChoice>& ctx, const ForwardParams<T, Kv,
     if constexpr (std::is_same_v<Mask, NoMaskEachSequence>) {
       if (tall_query_blocks()) {
         if constexpr (std::is_same_v<T, float>) {
-          if (kv_head_exceeds_l2(p.seqs.max_kv_len(), p.head_dim(), sizeof(float)))
+          if (kv_head_exceeds_l2(p.seqs.max_kv_len(), p.head_dim(), sizeof(kv_elem_t<Kv>)))
             return detail::forward_with_tiles<TallerTiles<T>>(ctx, p, mask, acct);
         }
         return detail::forward_with_tiles<TallTiles<T>>(ctx, p, mask, acct);

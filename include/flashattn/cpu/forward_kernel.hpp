@@ -138,7 +138,7 @@ class ForwardKernel {
     const auto panel_end = [&](int g) { return std::min(q0 + (g + 1) * PanelQ, q1); };
     const int d = HeadDim > 0 ? HeadDim : int(p.head_dim());
     const index_t h_kv = p.kv_head(h);
-    const index_t row_bytes = d * index_t(sizeof(T));
+    const index_t row_bytes = d * index_t(sizeof(kv_elem_t<Kv>));  // of K or V
 
     // Raw scores become base-2 logits inside the softmax (exp2 instead of exp). A score modifier sees,
     // and returns, natural units scale·q·k, so then only log2(e) remains to apply.
@@ -152,7 +152,7 @@ class ForwardKernel {
       const index_t qg = q0 + g * PanelQ;
       const int rows = int(panel_end(g) - qg);
       Ops::load_lanes(s.qt(g), s.row_buf(), p.q_rows(b), b, h, qg, rows, d);
-      acct.read(Traffic::Q, rows * row_bytes);
+      acct.read(Traffic::Q, rows * d * index_t(sizeof(T)));
       std::fill(s.ot(g), s.ot(g) + std::size_t(d) * PanelQ, Acc(0));
     }
 

@@ -129,7 +129,7 @@ void run_decode(int num_threads, const ForwardParams<T, Kv, Layout>& p, const Ma
   const index_t per_program = Kernel::heads_per_program(p.seqs.max_q_len(), p.group);
   const index_t chunks = WorkGrid::blocks_of(p.group, int(per_program));
   const index_t items = p.batch() * heads_kv * chunks;
-  const index_t key_bytes = 2 * d * index_t(sizeof(T));  // one key's K and V row
+  const index_t key_bytes = 2 * d * index_t(sizeof(kv_elem_t<Kv>));  // one key's K and V row
   const index_t splits = decode_splits(items, p.seqs.max_kv_len(), Kernel::BlockKV, kMinBytes / key_bytes);
   const index_t range =
       WorkGrid::blocks_of(WorkGrid::blocks_of(p.seqs.max_kv_len(), Kernel::BlockKV), int(splits)) * Kernel::BlockKV;

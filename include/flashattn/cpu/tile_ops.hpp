@@ -11,6 +11,8 @@
 //
 // This generic version stages 16-bit (or strided) inputs into the accumulator type and runs the FMA
 // micro-kernels (microkernel_fma.hpp); rows that already are Acc with unit dim stride are read in place.
+// The streamed rows' element type is the row source's (kv_elem_t), which may differ from T: fp32 queries
+// against a 16-bit KV cache stage its tiles widened to fp32, as a 16-bit T would.
 // Specialisations (tile_ops_bf16.hpp, tile_ops_amx.hpp) keep 16-bit data and use dot-product or tile
 // instructions.
 
@@ -18,6 +20,7 @@
 #include <cstddef>
 #include <type_traits>
 
+#include "flashattn/core/kv_source.hpp"
 #include "flashattn/core/views.hpp"
 #include "flashattn/cpu/convert.hpp"
 #include "flashattn/cpu/microkernel_fma.hpp"
@@ -91,13 +94,13 @@ struct TileOps {
  private:
   template <class Rows>
   static bool contiguous_rows(const Rows& x, int d) {
-    return std::is_same_v<T, Acc> && x.dim_stride() == 1 && x.row_stride() == d;
+    return std::is_same_v<kv_elem_t<Rows>, Acc> && x.dim_stride() == 1 && x.row_stride() == d;
   }
 
   template <class Rows>
   static StagedTile stage_rows(StagedElem* stage, const Rows& x, index_t b, index_t h, index_t k0, int cols, int d,
                            bool copy) {
-    if constexpr (std::is_same_v<T, Acc>) {
+    if constexpr (std::is_same_v<kv_elem_t<Rows>, Acc>) {  // the source's elements: K/V may be 16-bit under fp32 Q
       if (x.dim_stride() == 1 && !copy && x.even_run(b, h, k0) >= cols) return {x.row(b, h, k0), x.row_stride()};
     }
     for (int j = 0; j < cols; ++j) load_row(stage + std::size_t(j) * d, x.row(b, h, k0 + j), x.dim_stride(), d);
