@@ -8,6 +8,7 @@
 //
 // Rows: decode/<kv dtype>/kv:<keys>/q:<query rows>/threads:<n>: B = 1, 32 query heads over 8 KV heads, d = 128,
 // K and V in BHSD (each head's rows contiguous: docs/inference.md says why that layout decodes fastest).
+// decode/fp32q-<kv dtype>kv/...: fp32 Q and O against 16-bit K and V (mixed precision).
 // prefill_kernel/... is the same call through the prefill kernel (Context::decode_kernel = false): the path
 // every decode call took before the decode kernel.
 // paged/<dtype>/kv:<keys>/page:<rows>/<nhd|hnd>/threads:<n>: the same step on a paged cache (pages
@@ -25,6 +26,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "flashattn/cpu/simd.hpp"
@@ -130,8 +132,9 @@ std::vector<double> measure(benchmark::State& state, double bytes, int threads, 
   return med;
 }
 
-// Args: keys, query rows, threads, decode kernel (1) or prefill kernel (0).
-template <class T>
+// Args: keys, query rows, threads, decode kernel (1) or prefill kernel (0). T: Q and O; E: K and V (mixed
+// precision where they differ).
+template <class T, class E = T>
 void bm_decode(benchmark::State& state) {
   const index_t B = 1, H = 32, Hk = 8, D = 128;
   const index_t kv = state.range(0), seq_q = state.range(1);
@@ -139,19 +142,20 @@ void bm_decode(benchmark::State& state) {
   cpu::Context<> ctx{threads};
   ctx.decode_kernel = state.range(3) != 0;
 
-  std::vector<T> q(std::size_t(B * seq_q * H * D)), o(q.size()), k(std::size_t(B * Hk * kv * D)), v(k.size());
+  std::vector<T> q(std::size_t(B * seq_q * H * D)), o(q.size());
+  std::vector<E> k(std::size_t(B * Hk * kv * D)), v(k.size());
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   for (auto& x : q) x = T(dist(rng));
   for (std::size_t i = 0; i < k.size(); ++i) {  // cheap fill: a large cache need not be random
-    k[i] = T(float(int(i % 251) - 125) / 64.0f);
-    v[i] = T(float(int(i % 241) - 120) / 64.0f);
+    k[i] = E(float(int(i % 251) - 125) / 64.0f);
+    v[i] = E(float(int(i % 241) - 120) / 64.0f);
   }
   const auto qv = flashattn::bshd<const T>(q.data(), B, seq_q, H, D);
   const auto ov = flashattn::bshd<T>(o.data(), B, seq_q, H, D);
-  const auto kvw = flashattn::bhsd<const T>(k.data(), B, Hk, kv, D);
-  const auto vvw = flashattn::bhsd<const T>(v.data(), B, Hk, kv, D);
-  const double bytes = double(k.size() + v.size()) * sizeof(T);
+  const auto kvw = flashattn::bhsd<const E>(k.data(), B, Hk, kv, D);
+  const auto vvw = flashattn::bhsd<const E>(v.data(), B, Hk, kv, D);
+  const double bytes = double(k.size() + v.size()) * sizeof(E);
   const auto med = measure(state, bytes, threads, [&] { flashattn::attention_forward(ctx, qv, kvw, vvw, ov); });
   state.counters["tokens_per_s"] = double(seq_q) / med[0];
 }
@@ -234,23 +238,26 @@ std::vector<index_t> kv_lengths() {
   return {32768, 131072};
 }
 
-template <class T>
+// T: Q and O, E: K and V. Mixed rows are named by both: decode/fp32q-fp16kv/...
+template <class T, class E = T>
 void register_rows() {
   const bool sweep = kv_lengths().size() > 2;
+  const std::string types = std::is_same_v<T, E> ? std::string(dtype_name<T>())
+                                                 : std::string(dtype_name<T>()) + "q-" + dtype_name<E>() + "kv";
   for (index_t kv : kv_lengths())
     for (index_t seq_q : {1, 4})
       for (int threads : thread_counts()) {
         if (sweep && seq_q != 1) continue;
-        const std::string tail = std::string("/") + dtype_name<T>() + "/kv:" + std::to_string(kv) + "/q:" +
+        const std::string tail = "/" + types + "/kv:" + std::to_string(kv) + "/q:" +
                                  std::to_string(seq_q) + "/threads:" + std::to_string(threads);
         const int iterations = kv > 32768 ? 5 : 9;
-        benchmark::RegisterBenchmark(("decode" + tail).c_str(), bm_decode<T>)
+        benchmark::RegisterBenchmark(("decode" + tail).c_str(), bm_decode<T, E>)
             ->Args({kv, seq_q, threads, 1})
             ->Unit(benchmark::kMillisecond)
             ->Iterations(iterations)
             ->UseManualTime();
-        if (kv == 32768 && seq_q == 1 && !sweep)
-          benchmark::RegisterBenchmark(("prefill_kernel" + tail).c_str(), bm_decode<T>)
+        if (kv == 32768 && seq_q == 1 && !sweep && std::is_same_v<T, E>)
+          benchmark::RegisterBenchmark(("prefill_kernel" + tail).c_str(), bm_decode<T, E>)
               ->Args({kv, seq_q, threads, 0})
               ->Unit(benchmark::kMillisecond)
               ->Iterations(3)
@@ -287,6 +294,8 @@ int main(int argc, char** argv) {
   register_rows<float>();
   register_rows<Eigen::half>();
   register_rows<Eigen::bfloat16>();
+  register_rows<float, Eigen::half>();
+  register_rows<float, Eigen::bfloat16>();
   if (kv_lengths().size() == 2) {
     register_cache_rows<float>();
     register_cache_rows<Eigen::half>();
