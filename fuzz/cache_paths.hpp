@@ -5,7 +5,9 @@
 // must give the dense call's bits (the same kernel, the same key ranges). About one time in four, one
 // argument of the paged call is corrupted instead (a table entry out of range, a length past the table, a
 // page size of 0): that must throw InvalidArgument and write nothing. The same problems also run as a packed
-// varlen batch of equal lengths (flashattn/varlen.hpp), which must give the dense bits too.
+// varlen batch of equal lengths (flashattn/varlen.hpp), which must give the dense bits too, and, for fp32,
+// with K/V rounded to fp16 (mixed precision, forward.hpp), which must give the bits of the fp32 call on
+// those K/V widened back.
 
 #include <algorithm>
 #include <cstdint>
@@ -104,6 +106,48 @@ void check_varlen_path(const Problem& p, const fa::TensorView<const T>& q, const
                      "a packed varlen batch gave another LSE than the dense call");
 }
 
+// fp32 Q/O against fp16 K/V: the bits of the fp32 call on the widened K/V (the same tiles; problems this
+// small are not split into key ranges, whose count depends on the bytes per key).
+template <class Tiles, class T>
+void check_mixed_path(const Problem& p, const fa::TensorView<const T>& q, const fa::TensorView<const T>& k,
+                      const fa::TensorView<const T>& v) {
+  if constexpr (std::is_same_v<T, float>) {
+    using Half = Eigen::half;
+    const std::vector<float> qp = packed_copy(q), k32 = packed_copy(k), v32 = packed_copy(v);
+    std::vector<Half> kh(k32.size()), vh(v32.size());
+    std::vector<float> kw(k32.size()), vw(v32.size());
+    for (std::size_t i = 0; i < k32.size(); ++i) {
+      kh[i] = Half(k32[i]);
+      vh[i] = Half(v32[i]);
+      kw[i] = float(kh[i]);
+      vw[i] = float(vh[i]);
+    }
+    const index_t B = p.batch, Sq = p.seq_q, Sk = p.seq_k, D = p.dim;
+    std::vector<float> o1(qp.size(), poison<float>()), o2 = o1;
+    std::vector<float> l1(std::size_t(B * p.heads_q * Sq), poison<float>()), l2 = l1;
+    const fa::cpu::Context<Tiles> ctx{p.threads};
+    try {
+      fa::attention_forward(ctx, fa::bshd<const float>(qp.data(), B, Sq, p.heads_q, D),
+                            fa::bshd<const Half>(kh.data(), B, Sk, p.heads_kv, D),
+                            fa::bshd<const Half>(vh.data(), B, Sk, p.heads_kv, D),
+                            fa::bshd(o1.data(), B, Sq, p.heads_q, D), p.opts,
+                            fa::lse_bhs(l1.data(), B, p.heads_q, Sq));
+      fa::attention_forward(ctx, fa::bshd<const float>(qp.data(), B, Sq, p.heads_q, D),
+                            fa::bshd<const float>(kw.data(), B, Sk, p.heads_kv, D),
+                            fa::bshd<const float>(vw.data(), B, Sk, p.heads_kv, D),
+                            fa::bshd(o2.data(), B, Sq, p.heads_q, D), p.opts,
+                            fa::lse_bhs(l2.data(), B, p.heads_q, Sq));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "exception: %s\n", e.what());
+      finding("a valid mixed-precision call threw");
+    }
+    for (std::size_t i = 0; i < o1.size(); ++i)
+      FUZZ_CHECK(same_bits(o1[i], o2[i]), "fp32 Q with fp16 K/V gave other bits than fp32 on the widened K/V");
+    for (std::size_t i = 0; i < l1.size(); ++i)
+      FUZZ_CHECK(same_bits(l1[i], l2[i]), "fp32 Q with fp16 K/V gave another LSE than fp32 on the widened K/V");
+  }
+}
+
 // o_dense / lse_dense: the dense call's results, in the buffers behind o / lse (bufs.o2 / bufs.lse2 are
 // overwritten here).
 template <class Tiles, class T, class Bufs>
@@ -177,6 +221,7 @@ void check_cache_paths_on(FuzzedDataProvider& fdp, const Problem& p, const fa::T
   }
   same_as_dense("a contiguous cache gave other bits than the dense call");
   check_varlen_path<Tiles, T>(p, q, k, v, bufs);
+  check_mixed_path<Tiles, T>(p, q, k, v);
 }
 
 // Only with each type's default tiles: the other tile choices would compile these entry points again
