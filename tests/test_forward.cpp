@@ -21,15 +21,17 @@ using DefaultIsaConfigs = CompiledConfigs<
 
 INSTANTIATE_TYPED_TEST_SUITE_P(BestIsa, ForwardTest, DefaultIsaConfigs, ConfigName);
 
-// The fp32 panel shapes that dispatch.hpp picks only where L2 is at least 2 MiB (cpu::TallTiles, and
-// cpu::TallerTiles once a head's K and V outgrow L2), so not on every CI machine: run here whatever the L2.
+// The panel shapes that forward_dispatch.hpp picks on some machines only: cpu::TallTiles where L2 is at
+// least 2 MiB (unmasked calls), cpu::TallerTiles once a head's K and V outgrow L2 (every type but bf16 on
+// AMX, masked or not): run here whatever the L2.
 static_assert(std::is_same_v<Config<float, Best<FLASHATTN_TALL_TILES>>::Tiles, cpu::TallTiles<float>> &&
                   std::is_same_v<Config<float, Best<FLASHATTN_TALLER_TILES>>::Tiles, cpu::TallerTiles<float>>,
               "the list below names the shipped panel shapes: keep them in step");
 // (An A/B build with -DFLASHATTN_TALLER_TILES=128,64,64 makes the two the same: listed once then.)
 using ShippedPanelConfigs = std::conditional_t<
     std::is_same_v<cpu::TallTiles<float>, cpu::TallerTiles<float>>, CompiledConfigs<Pair<float, Best<FLASHATTN_TALL_TILES>>>,
-    CompiledConfigs<Pair<float, Best<FLASHATTN_TALL_TILES>>, Pair<float, Best<FLASHATTN_TALLER_TILES>>>>;
+    CompiledConfigs<Pair<float, Best<FLASHATTN_TALL_TILES>>, Pair<float, Best<FLASHATTN_TALLER_TILES>>,
+                    Pair<Eigen::bfloat16, Best<FLASHATTN_TALLER_TILES>>, Pair<Eigen::half, Best<FLASHATTN_TALLER_TILES>>>>;
 
 INSTANTIATE_TYPED_TEST_SUITE_P(ShippedPanels, ForwardTest, ShippedPanelConfigs, ConfigName);
 

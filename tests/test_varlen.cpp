@@ -366,9 +366,16 @@ TEST(VarlenBackward, BadOffsetsThrowAndWriteNothing) {
           "cu_seqlens_q[batch = 2] = 4 must be q's total rows (5)");
   rejects([](G&, PackedBatch& s, TensorView<float>&) { s.cu_seqlens_q = nullptr; }, "cu_seqlens_q is null");
   rejects([](G&, PackedBatch& s, TensorView<float>&) { s.batch = -1; }, "seqs.batch must be >= 0, got -1");
-  // dk laid over the key offsets: (1, 5, 1, 8) floats from cu_seqlens_k's address on.
-  rejects([](G& pk, PackedBatch&, TensorView<float>& dk) { dk.data = reinterpret_cast<float*>(pk.cu_k.data()); },
-          "cu_seqlens_k");
+  // dk laid over the key offsets: the offsets copied to the start of a buffer of their own that is large
+  // enough for dk's (1, 5, 1, 8) floats, so that dk overlaps nothing else (never written: the call throws).
+  std::vector<std::int32_t> own(64);
+  rejects(
+      [&own](G& pk, PackedBatch& s, TensorView<float>& dk) {
+        std::copy(pk.cu_k.begin(), pk.cu_k.end(), own.begin());
+        s.cu_seqlens_k = own.data();
+        dk.data = reinterpret_cast<float*>(own.data());
+      },
+      "cu_seqlens_k");
 }
 
 }  // namespace

@@ -61,11 +61,16 @@ void forward_with_tiles(const Context<AutoTiles>& auto_ctx, const ForwardParams<
 
 }  // namespace detail
 
-// The tile rule for AutoTiles (the measurements behind it: docs/performance.md, "Why it is fast", tile height):
+// The tile rule for AutoTiles (the measurements behind it: docs/performance.md, "Why it is fast", tile height,
+// and docs/io.md, long context):
 //  - bf16 on the AMX tile unit where this build has it and the CPU and OS allow it, for every mask;
-//  - unmasked calls on CPUs whose L2 holds the taller working set (tall_query_blocks()) take TallTiles,
-//    and fp32 ones whose K and V of a head outgrow L2 TallerTiles; masked calls keep DefaultTiles, which
-//    also spares every masked call a second kernel instantiation;
+//  - calls that take the decode kernel (at most 16 query rows) DefaultTiles: that kernel has tiles of its
+//    own, and one instantiation of it is enough;
+//  - calls whose K and V of one head (as stored) outgrow L2, masked or not, TallerTiles: every query
+//    block re-reads them from L3 or memory, and 256-row programs do that a quarter as often as 64-row
+//    ones (on Zen 4, 1 MiB L2, causal N = 65536 ran at 0.81 x the N = 4096 rate with DefaultTiles and
+//    1.00 x with TallerTiles in fp32, 0.85 and 1.03 x in bf16);
+//  - unmasked calls on CPUs whose L2 holds the taller working set (tall_query_blocks()) TallTiles;
 //  - everything else DefaultTiles.
 template <class TileChoice, class T, class Kv, class Layout, class Mask, class Accounting>
 void dispatch_forward(const Context<TileChoice>& ctx, const ForwardParams<T, Kv, Layout>& p, const Mask& mask,
@@ -80,14 +85,11 @@ void dispatch_forward(const Context<TileChoice>& ctx, const ForwardParams<T, Kv,
     if constexpr (is_bf16<T> && is_compiled(Isa::Amx)) {
       if (amx::usable()) return detail::forward_with_tiles<AmxTiles<T>>(ctx, p, mask, acct);
     }
+    const bool decode = ctx.decode_kernel && DecodeKernel<T, 0, DefaultTiles<T>::isa>::takes(p.seqs.max_q_len());
+    if (!decode && kv_head_exceeds_l2(p.seqs.max_kv_len(), p.head_dim(), sizeof(E)))
+      return detail::forward_with_tiles<TallerTiles<T>>(ctx, p, mask, acct);
     if constexpr (std::is_same_v<Mask, NoMaskEachSequence>) {
-      if (tall_query_blocks()) {
-        if constexpr (std::is_same_v<T, float>) {
-          if (kv_head_exceeds_l2(p.seqs.max_kv_len(), p.head_dim(), sizeof(kv_elem_t<Kv>)))
-            return detail::forward_with_tiles<TallerTiles<T>>(ctx, p, mask, acct);
-        }
-        return detail::forward_with_tiles<TallTiles<T>>(ctx, p, mask, acct);
-      }
+      if (!decode && tall_query_blocks()) return detail::forward_with_tiles<TallTiles<T>>(ctx, p, mask, acct);
     }
     return detail::forward_with_tiles<DefaultTiles<T>>(ctx, p, mask, acct);
   } else {
