@@ -147,20 +147,8 @@ BackwardParams<T, PackedLengths> make_varlen_backward_params(
     for (const auto& [name, span] : offsets)
       if (out_span.overlaps(span)) detail::fail(detail::overlap(out_name, out_span, "argument", name, span));
   }
-  BackwardParams<T, PackedLengths> p;
-  p.q = q;
-  p.k = k;
-  p.v = v;
-  p.o = o;
-  p.d_o = d_o;
-  p.lse = lse;
-  p.dq = dq;
-  p.dk = dk;
-  p.dv = dv;
-  p.seqs = lengths;
-  p.scale = detail::resolve_scale(opts, q.dim);
-  p.group = q.heads / k.heads;
-  return p;
+  return BackwardParams<T, PackedLengths>{
+      q, k, v, o, d_o, lse, dq, dk, dv, lengths, detail::resolve_scale(opts, q.dim), q.heads / k.heads};
 }
 
 template <class Context, class T, class = detail::if_context<Context>>

@@ -146,22 +146,8 @@ BackwardParams<T> make_backward_params(const TensorView<const T>& q, const Tenso
                                        const TensorView<T>& dk, const TensorView<T>& dv,
                                        const AttentionOptions& opts) {
   detail::check_backward_views(q, k, v, o, d_o, lse, dq, dk, dv);
-  const double scale = detail::resolve_scale(opts, q.dim);
-
-  BackwardParams<T> p;
-  p.q = q;
-  p.k = k;
-  p.v = v;
-  p.o = o;
-  p.d_o = d_o;
-  p.lse = lse;
-  p.dq = dq;
-  p.dk = dk;
-  p.dv = dv;
-  p.seqs = EqualLengths{q.batch, q.seq, k.seq};
-  p.scale = scale;
-  p.group = q.heads / k.heads;
-  return p;
+  return BackwardParams<T>{q,  k,  v,  o, d_o, lse, dq, dk, dv, EqualLengths{q.batch, q.seq, k.seq},
+                           detail::resolve_scale(opts, q.dim), q.heads / k.heads};
 }
 
 }  // namespace flashattn
