@@ -68,8 +68,7 @@ void forward_with_tiles(const Context<AutoTiles>& auto_ctx, const ForwardParams<
 //    own, and one instantiation of it is enough;
 //  - calls whose K and V of one head (as stored) outgrow L2, masked or not, TallerTiles: every query
 //    block re-reads them from L3 or memory, and 256-row programs do that a quarter as often as 64-row
-//    ones (on Zen 4, 1 MiB L2, causal N = 65536 ran at 0.81 x the N = 4096 rate with DefaultTiles and
-//    1.00 x with TallerTiles in fp32, 0.85 and 1.03 x in bf16);
+//    ones (docs/performance.md, "Long context", measures it);
 //  - unmasked calls on CPUs whose L2 holds the taller working set (tall_query_blocks()) TallTiles;
 //  - everything else DefaultTiles.
 template <class TileChoice, class T, class Kv, class Layout, class Mask, class Accounting>
