@@ -32,6 +32,7 @@
 #include "flashattn/cpu/simd.hpp"
 #include "flashattn/forward.hpp"
 #include "flashattn/kv_cache.hpp"
+#include "read_rate.hpp"
 #include "threads.hpp"
 
 namespace {
@@ -40,46 +41,11 @@ using flashattn::index_t;
 namespace cpu = flashattn::cpu;
 
 using flashattn::bench::all_threads;
+using flashattn::bench::read_all;
 
 using flashattn::bench::thread_counts;
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-// The streaming-read reference: `threads` threads each sum their share of a buffer with independent vector
-// accumulators (no reduction chain limits it), as a plain read loop would. Returns the sum, so that the
-// loop is not optimised away.
-float read_all(const std::vector<float>& buf, int threads) {
-  using V = cpu::Simd<float, cpu::kBestIsa>;
-  constexpr int kAcc = 8;
-  std::vector<float> sums(std::size_t(threads), 0.0f);
-  const auto part = [&](int t) {
-    const std::size_t n = buf.size() / std::size_t(threads);
-    const float* p = buf.data() + std::size_t(t) * n;
-    typename V::Reg acc[kAcc];
-    for (auto& a : acc) a = V::zero();
-    std::size_t i = 0;
-    for (; i + kAcc * V::width <= n; i += kAcc * V::width)
-      for (int a = 0; a < kAcc; ++a) acc[a] = V::add(acc[a], V::load(p + i + a * V::width));
-    alignas(64) float lanes[64];
-    float s = 0.0f;
-    for (auto& a : acc) {
-      V::store(lanes, a);
-      for (int l = 0; l < V::width; ++l) s += lanes[l];
-    }
-    for (; i < n; ++i) s += p[i];
-    sums[std::size_t(t)] = s;
-  };
-  if (threads == 1) {
-    part(0);
-  } else {
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) pool.emplace_back(part, t);
-    for (auto& th : pool) th.join();
-  }
-  float s = 0.0f;
-  for (float x : sums) s += x;
-  return s;
-}
 
 template <class T>
 const char* dtype_name() {

@@ -14,6 +14,16 @@
 //   scratch_MB    peak bytes of the kernels' tracked scratch during the row (cpu/aligned_buffer.hpp): the
 //                 memory beyond inputs and outputs (issue 26: under 100 MiB at N = 1M)
 //   rss_MB        the process's peak resident set so far (inputs and outputs included), a cross-check
+// and, for the forward rows, the IO law's side of it (docs/io.md): every query block streams its head's
+// K and V again, from L2, L3 or memory, so the K/V bytes the kernel reads (its own accounting,
+// instrument/accounting.hpp, kept on in every forward call of this binary, the N = 4096 reference's too)
+// must stay well below what a core can read in the same time:
+//   kv_B_per_kFLOP  K/V bytes read per 1000 FLOPs (falls as the query blocks grow: 256-row programs read
+//                   a quarter of what 64-row ones do)
+//   kv_GBps         those bytes per second of the call
+//   read_GBps       the same run's streaming read of a buffer as large as K and V, at the same thread count
+//   kv_x_read       kv_GBps / read_GBps: the share of the read rate that re-streaming takes (near 1: the
+//                   kernel would wait on memory; small: the tiles hide it)
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
 
@@ -28,6 +38,7 @@
 #include <vector>
 
 #include "flashattn/flashattn.hpp"
+#include "read_rate.hpp"
 #include "threads.hpp"
 
 namespace {
@@ -80,10 +91,12 @@ struct Problem {
   flashattn::TensorView<X> view(std::vector<T>& x) {
     return flashattn::bshd<X>(x.data(), 1, n, heads, kDim);
   }
+  // Counts the K/V bytes it reads into `kv` (one atomic add per tile: no cost at this granularity).
   void forward(const cpu::Context<>& ctx, const flashattn::AttentionOptions& opts) {
     flashattn::attention_forward(ctx, view<const T>(q), view<const T>(k), view<const T>(v), view<T>(o), opts,
-                                 flashattn::lse_bhs(lse.data(), 1, heads, n));
+                                 flashattn::lse_bhs(lse.data(), 1, heads, n), kv);
   }
+  flashattn::ByteCounter kv;
   void backward(const cpu::Context<>& ctx, const flashattn::AttentionOptions& opts) {
     flashattn::attention_backward(ctx, view<const T>(q), view<const T>(k), view<const T>(v), view<const T>(o),
                                   view<const T>(d_o), flashattn::lse_bhs(lse.data(), 1, heads, n), view<T>(dq),
@@ -141,14 +154,36 @@ void bm_long(benchmark::State& state) {
   if (backward) pr.forward(ctx, opts);
   cpu::reset_scratch_peak();
   std::vector<double> t;
+  double kv_bytes = 0;
   for (auto _ : state) {
+    pr.kv.reset();
     const double t0 = now();
     backward ? pr.backward(ctx, opts) : pr.forward(ctx, opts);
     t.push_back(now() - t0);
     state.SetIterationTime(t.back());
+    kv_bytes = double(pr.kv.read_bytes(flashattn::Traffic::K) + pr.kv.read_bytes(flashattn::Traffic::V));
   }
   std::sort(t.begin(), t.end());
-  const double g = flops(n, heads, causal, backward) / t[t.size() / 2] * 1e-9;
+  const double seconds = t[t.size() / 2];
+  const double g = flops(n, heads, causal, backward) / seconds * 1e-9;
+  if (!backward) {
+    std::vector<float> other(std::size_t(2 * n * heads * kDim) * sizeof(T) / sizeof(float), 1.0f);
+    float sink = flashattn::bench::read_all(other, threads);  // warm: first touch
+    std::vector<double> t_read;
+    for (int r = 0; r < 5; ++r) {
+      const double t0 = now();
+      sink += flashattn::bench::read_all(other, threads);
+      t_read.push_back(now() - t0);
+    }
+    benchmark::DoNotOptimize(sink);
+    std::sort(t_read.begin(), t_read.end());
+    const double read_gbps = double(other.size() * sizeof(float)) / t_read[2] * 1e-9;
+    const double kv_gbps = kv_bytes / seconds * 1e-9;
+    state.counters["kv_B_per_kFLOP"] = kv_bytes / flops(n, heads, causal, false) * 1e3;
+    state.counters["kv_GBps"] = kv_gbps;
+    state.counters["read_GBps"] = read_gbps;
+    state.counters["kv_x_read"] = kv_gbps / read_gbps;
+  }
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   state.counters["GFLOPs"] = g;

@@ -32,11 +32,21 @@ Acc round_to(Acc x) {
   return Acc(Store(x));
 }
 
+// The query rows [begin, end) of every head that a reference computes (end < 0: to the last row), so that
+// a long sequence can be checked on sampled rows: each row of the forward, and of the backward's dQ, needs
+// only its own row of scores (O(seq_k·d), not O(seq_q·seq_k·d)).
+struct RowRange {
+  index_t begin = 0, end = -1;
+  index_t end_in(index_t seq) const { return end < 0 ? seq : std::min(end, seq); }
+};
+
 // softmax(scale·Q·Kᵀ, mask)·V. Calc: the type every sum and product is computed in. Store: the type
-// scores, probabilities and outputs are rounded to between steps (Calc for the fp64 reference).
+// scores, probabilities and outputs are rounded to between steps (Calc for the fp64 reference). Rows
+// outside `rows` are left 0 (O) and 0 (LSE).
 template <class Calc, class Store = Calc, class T, class Mask>
 ReferenceResult reference_attention(const TensorView<const T>& q, const TensorView<const T>& k,
-                                    const TensorView<const T>& v, double scale, const Mask& mask) {
+                                    const TensorView<const T>& v, double scale, const Mask& mask,
+                                    RowRange rows = {}) {
   const index_t B = q.batch, Sq = q.seq, Sk = k.seq, H = q.heads, D = q.dim, group = q.heads / k.heads;
   ReferenceResult r;
   r.o.assign(std::size_t(B * Sq * H * D), 0.0);
@@ -52,7 +62,7 @@ ReferenceResult reference_attention(const TensorView<const T>& q, const TensorVi
       Calc sink = -std::numeric_limits<Calc>::infinity();
       if constexpr (has_sink_v<HeadMask>) sink = Calc(head_mask.sink_logit());
       const index_t hk = h / group;
-      for (index_t i = 0; i < Sq; ++i) {
+      for (index_t i = rows.begin; i < rows.end_in(Sq); ++i) {
         Calc m = sink;
         std::vector<bool> kept(static_cast<std::size_t>(Sk));
         for (index_t j = 0; j < Sk; ++j) {

@@ -38,10 +38,13 @@ template <class M>
 struct reference_has_score_grad<M, std::void_t<decltype(std::declval<const M&>().score_grad(index_t{}, index_t{}, 0.0))>>
     : std::true_type {};
 
+// With `rows` (reference.hpp), only those query rows of every head contribute: their dQ rows are whole,
+// and so are dK and dV of the keys that no other row keeps (under a causal mask, the keys at or after
+// rows.begin when rows end at the last row).
 template <class Calc, class Store = Calc, class T, class Mask>
 ReferenceGrads reference_backward(const TensorView<const T>& q, const TensorView<const T>& k,
                                   const TensorView<const T>& v, const TensorView<const T>& d_o, double scale,
-                                  const Mask& mask) {
+                                  const Mask& mask, RowRange rows = {}) {
   const index_t B = q.batch, Sq = q.seq, Sk = k.seq, H = q.heads, Hkv = k.heads, D = q.dim, group = H / Hkv;
   const auto r = [](Calc x) { return round_to<Store>(x); };
   std::vector<Calc> dq(std::size_t(B * Sq * H * D), Calc(0)), dk(std::size_t(B * Sk * Hkv * D), Calc(0)),
@@ -57,7 +60,7 @@ ReferenceGrads reference_backward(const TensorView<const T>& q, const TensorView
       const auto head_mask = policy_for(mask, SequenceInfo{b, h, Sq, Sk});
       using HeadMask = std::remove_cv_t<decltype(head_mask)>;
       const index_t hk = h / group;
-      for (index_t i = 0; i < Sq; ++i) {
+      for (index_t i = rows.begin; i < rows.end_in(Sq); ++i) {
         Calc m = -std::numeric_limits<Calc>::infinity();
         for (index_t j = 0; j < Sk; ++j) {
           const std::size_t jj = std::size_t(j);

@@ -266,14 +266,16 @@ TEST(TiledScratch, IsOneWorkerScratchIndependentOfSequenceLength) {
   }
 }
 
-// Kept K/V tiles (cpu/staged_tile_cache.hpp): each tile staged once per head, never more bytes than the budget,
-// tiles past it left to the caller, the buffer released with the cache.
-TEST(KeptKvTiles, StagedOncePerHeadWithinTheBudget) {
+// Kept K/V tiles (cpu/staged_tile_cache.hpp): a head whose tiles all fit the budget has each tile staged
+// once; a head past the budget keeps none and allocates nothing (its tiles are left to the caller); the
+// buffer is released with the cache.
+TEST(KeptKvTiles, WholeHeadsWithinTheBudgetStagedOnce) {
   struct Tile {
     const float* data;
     index_t ld;
   };
   using Cache = flashattn::cpu::StagedTileCache<Tile, float>;
+  // Three tiles of K and V fit the budget.
   constexpr std::size_t tile_elems = std::size_t(flashattn::cpu::kStagedTileCacheBytes) / (2 * sizeof(float)) / 3;
   const std::int64_t base = flashattn::cpu::scratch_stats().current_bytes;
   {
@@ -285,21 +287,23 @@ TEST(KeptKvTiles, StagedOncePerHeadWithinTheBudget) {
       slot[0] = float(staged);
       return Tile{slot, 7};
     };
-    for (index_t head : {0, 1}) {
-      cache.keep_head(0, head, 10);
+    cache.keep_head(0, 0, 10);  // a long head: 10 tiles
+    for (index_t t = 0; t < 10; ++t)
+      for (Cache::Matrix m : {Cache::K, Cache::V})
+        EXPECT_EQ(cache.get(m, t, stage).data, nullptr) << "tile " << t << " of a head past the budget";
+    EXPECT_EQ(staged, 0);
+    EXPECT_EQ(flashattn::cpu::scratch_stats().current_bytes, base) << "a head past the budget allocates nothing";
+    for (index_t head : {1, 2}) {
+      cache.keep_head(0, head, 3);
       for (int pass = 0; pass < 2; ++pass)
-        for (index_t t = 0; t < 10; ++t)
+        for (index_t t = 0; t < 3; ++t)
           for (Cache::Matrix m : {Cache::K, Cache::V}) {
             const Tile tile = cache.get(m, t, stage);
-            if (t < 3) {
-              ASSERT_NE(tile.data, nullptr) << "tile " << t;
-              EXPECT_EQ(tile.ld, 7);
-            } else {
-              EXPECT_EQ(tile.data, nullptr) << "tile " << t << " is past the budget";
-            }
+            ASSERT_NE(tile.data, nullptr) << "tile " << t;
+            EXPECT_EQ(tile.ld, 7);
           }
-      // 3 affordable tiles of K and V, staged on the first pass only; the other head stages them again.
-      EXPECT_EQ(staged, 6 * (head + 1));
+      // Staged on the first pass only; the next head stages its own.
+      EXPECT_EQ(staged, 6 * int(head));
     }
     const std::int64_t held = flashattn::cpu::scratch_stats().current_bytes - base;
     EXPECT_EQ(held, std::int64_t(2 * 3 * tile_elems * sizeof(float)));

@@ -35,21 +35,5 @@ using ShippedPanelConfigs = std::conditional_t<
 
 INSTANTIATE_TYPED_TEST_SUITE_P(ShippedPanels, ForwardTest, ShippedPanelConfigs, ConfigName);
 
-// TallerTiles' rule is strict: K + V of exactly L2's size (d = 64, N = 4096 on a 2 MiB L2, where 256-row
-// programs ran level or slower) stays on TallTiles; one more key row crosses over.
-TEST(TileChoice, KvHeadExceedsL2IsStrict) {
-  const long long l2 = cpu::l2_cache_bytes(), d = 64, acc = sizeof(float);
-  const long long rows_filling_l2 = l2 / (2 * d * acc);  // exactly L2 where it is a whole number of rows
-  EXPECT_FALSE(cpu::kv_head_exceeds_l2(rows_filling_l2, d, acc));
-  EXPECT_TRUE(cpu::kv_head_exceeds_l2(rows_filling_l2 + 1, d, acc));
-  EXPECT_FALSE(cpu::kv_head_exceeds_l2(rows_filling_l2, d, acc / 2)) << "bf16/fp16 K and V are half the bytes";
-  EXPECT_TRUE(cpu::kv_head_exceeds_l2(rows_filling_l2, 2 * d, acc));
-  // On a 2 MiB L2 (the Xeon): N = 4096 at d = 64 stays on TallTiles, d = 128 crosses over.
-  if (l2 == (2LL << 20)) {
-    EXPECT_FALSE(cpu::kv_head_exceeds_l2(4096, 64, acc));
-    EXPECT_TRUE(cpu::kv_head_exceeds_l2(4096, 128, acc));
-  }
-}
-
 }  // namespace
 }  // namespace flashattn::testing

@@ -25,10 +25,10 @@ using OtherIsaConfigs = CompiledConfigs<
     // bf16 dot products take keys in pairs: an odd key block leaves a half pair in every tile.
     Pair<Eigen::bfloat16, TileSpec<48, 17, Isa::Avx512Bf16>>,
     // The AMX tile unit (where compiled in, i.e. -march on an AMX CPU): an odd number of 16-query tiles,
-    // 2 × 2 blocks of query tiles, and the default shape (cpu::AmxTiles). tests/test_forward_amx.cpp runs
-    // the same on the emulated unit everywhere.
+    // 2 × 2 blocks of query tiles, and the shipped shapes (cpu::AmxTiles, cpu::AmxTallerTiles).
+    // tests/test_forward_amx.cpp runs the same on the emulated unit everywhere.
     Pair<Eigen::bfloat16, TileSpec<48, 32, Isa::Amx>>, Pair<Eigen::bfloat16, TileSpec<64, 64, Isa::Amx>>,
-    Pair<Eigen::bfloat16, TileSpec<32, 128, Isa::Amx>>>;
+    Pair<Eigen::bfloat16, TileSpec<32, 128, Isa::Amx>>, Pair<Eigen::bfloat16, TileSpec<256, 128, Isa::Amx, 32>>>;
 
 INSTANTIATE_TYPED_TEST_SUITE_P(OtherIsa, ForwardTest, OtherIsaConfigs, ConfigName);
 

@@ -61,14 +61,15 @@ void forward_with_tiles(const Context<AutoTiles>& auto_ctx, const ForwardParams<
 
 }  // namespace detail
 
-// The tile rule for AutoTiles (the measurements behind it: docs/performance.md, "Why it is fast", tile height,
-// and docs/io.md, long context):
-//  - bf16 on the AMX tile unit where this build has it and the CPU and OS allow it, for every mask;
+// The tile rule for AutoTiles (tiles.hpp's choose_forward_tiles; the measurements behind it:
+// docs/performance.md, "Why it is fast", tile height, and "Long context"; docs/io.md, long context):
+//  - bf16 on the AMX tile unit where this build has it and the CPU and OS allow it, for every mask
+//    (AmxTallerTiles when K and V outgrow L2, as below);
 //  - calls that take the decode kernel (at most 16 query rows) DefaultTiles: that kernel has tiles of its
 //    own, and one instantiation of it is enough;
 //  - calls whose K and V of one head (as stored) outgrow L2, masked or not, TallerTiles: every query
 //    block re-reads them from L3 or memory, and 256-row programs do that a quarter as often as 64-row
-//    ones (docs/performance.md, "Long context", measures it);
+//    ones (an eighth as often as AMX's 32-row ones; docs/performance.md, "Long context", measures it);
 //  - unmasked calls on CPUs whose L2 holds the taller working set (tall_query_blocks()) TallTiles;
 //  - everything else DefaultTiles.
 template <class TileChoice, class T, class Kv, class Layout, class Mask, class Accounting>
@@ -81,14 +82,31 @@ void dispatch_forward(const Context<TileChoice>& ctx, const ForwardParams<T, Kv,
                 "flashattn (CPU backend): K/V of another type than Q/O are supported for fp32 Q/O with fp16 or "
                 "bf16 K/V only; convert the other pairs to one type");
   if constexpr (std::is_same_v<TileChoice, AutoTiles>) {
-    if constexpr (is_bf16<T> && is_compiled(Isa::Amx)) {
-      if (amx::usable()) return detail::forward_with_tiles<AmxTiles<T>>(ctx, p, mask, acct);
-    }
-    const bool decode = ctx.decode_kernel && DecodeKernel<T, 0, DefaultTiles<T>::isa>::takes(p.seqs.max_q_len());
-    if (!decode && kv_head_exceeds_l2(p.seqs.max_kv_len(), p.head_dim(), sizeof(E)))
-      return detail::forward_with_tiles<TallerTiles<T>>(ctx, p, mask, acct);
-    if constexpr (std::is_same_v<Mask, NoMaskEachSequence>) {
-      if (!decode && tall_query_blocks()) return detail::forward_with_tiles<TallTiles<T>>(ctx, p, mask, acct);
+    constexpr bool kAmxType = is_bf16<T> && is_compiled(Isa::Amx);
+    constexpr bool kUnmasked = std::is_same_v<Mask, NoMaskEachSequence>;
+    TileRuleInput rule;
+    if constexpr (kAmxType) rule.amx = amx::usable();
+    rule.decode = ctx.decode_kernel && DecodeKernel<T, 0, DefaultTiles<T>::isa>::takes(p.seqs.max_q_len());
+    rule.masked = !kUnmasked;
+    rule.seq_k = p.seqs.max_kv_len();
+    rule.head_dim = p.head_dim();
+    rule.kv_elem_bytes = sizeof(E);
+    // Each configuration is instantiated only where the rule can pick it: AMX for bf16 where compiled,
+    // TallTiles for unmasked calls.
+    switch (choose_forward_tiles(rule)) {
+      case TileShape::AmxTaller:
+        if constexpr (kAmxType) return detail::forward_with_tiles<AmxTallerTiles<T>>(ctx, p, mask, acct);
+        break;
+      case TileShape::Amx:
+        if constexpr (kAmxType) return detail::forward_with_tiles<AmxTiles<T>>(ctx, p, mask, acct);
+        break;
+      case TileShape::Taller:
+        return detail::forward_with_tiles<TallerTiles<T>>(ctx, p, mask, acct);
+      case TileShape::Tall:
+        if constexpr (kUnmasked) return detail::forward_with_tiles<TallTiles<T>>(ctx, p, mask, acct);
+        break;
+      case TileShape::Default:
+        break;
     }
     return detail::forward_with_tiles<DefaultTiles<T>>(ctx, p, mask, acct);
   } else {

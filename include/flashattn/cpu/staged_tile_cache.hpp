@@ -11,8 +11,12 @@
 // current (batch, KV head) and stages each tile once per head instead.
 //
 // Memory: at most kStagedTileCacheBytes per worker, allocated on the first tile kept, released with the
-// worker's scratch at the end of the call. Tiles past that budget are staged per query block, as without
-// the cache. Results do not change: a kept tile holds exactly what staging it again would produce.
+// worker's scratch at the end of the call. A head whose tiles do not all fit that budget keeps none: its
+// tiles are staged per query block, as without the cache. Such a head is long (K and V past L2), so its
+// query blocks are the tall programs of the long-context rule (tiles.hpp), which stage each tile once per
+// 256 rows; keeping the first share of its tiles would cost every worker the whole budget (16 workers:
+// 128 MiB at 1M tokens) for little (docs/performance.md, "Long context"). Results do not change: a kept
+// tile holds exactly what staging it again would produce.
 
 #include <algorithm>
 #include <cstddef>
@@ -54,7 +58,7 @@ class StagedTileCache {
     h_ = h;
     tiles_ = tiles;
     const index_t affordable = index_t(std::size_t(kStagedTileCacheBytes) / (2 * tile_elems_ * sizeof(Elem)));
-    capacity_ = std::min(tiles, affordable);
+    capacity_ = tiles <= affordable ? tiles : 0;
     const std::size_t elems = 2 * std::size_t(capacity_) * tile_elems_;
     if (elems > 0 && (!slots_ || slots_->size() < elems)) {
       slots_.reset();  // release the smaller buffer before taking the larger

@@ -27,6 +27,7 @@
 #include "flashattn/cpu/bf16_pairs.hpp"
 #include "flashattn/cpu/microkernel.hpp"
 #include "flashattn/cpu/tile_ops.hpp"
+#include "flashattn/cpu/transpose.hpp"
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
     defined(__AVX512DQ__) && (FLASHATTN_AMX_INSTRUCTIONS || defined(FLASHATTN_AMX_EMULATE))
@@ -145,11 +146,24 @@ struct TileOps<T, Lanes, Streamed, HeadDim, Isa::Amx, std::enable_if_t<is_bf16<T
     return {stage, width};
   }
 
-  // Vᵀ: row c holds V[k0 + j][c] for the tile's keys j, zero-padded to Streamed keys and to d rounded to 16
-  // rows.
+  // Vᵀ: row c holds V[k0 + j][c] for the tile's keys j, zero-padded to the keys the tile unit reads (cols
+  // rounded to 32) and to d rounded to 16 rows. Contiguous rows move in 32 × 32 register blocks
+  // (transpose.hpp): staging Vᵀ element by element cost as much as the two GEMMs of a 32-row panel once the
+  // tiles of a long head no longer fit the staged tile cache and every query block stages them again.
   template <class Rows>
   static StagedTile stage_for_pv(StagedElem* stage, const Rows& v, index_t b, index_t h, index_t k0, int cols, int d,
                         bool /*copy: V is always staged*/ = false) {
+    if (v.dim_stride() == 1) {
+      const std::uint16_t* rows[amx::kDepth];
+      for (int j0 = 0; j0 < cols; j0 += amx::kDepth) {
+        const int n = std::min(amx::kDepth, cols - j0);
+        for (int j = 0; j < n; ++j) rows[j] = reinterpret_cast<const std::uint16_t*>(v.row(b, h, k0 + j0 + j));
+        for (int c0 = 0; c0 < d; c0 += amx::kDepth)
+          detail::transpose32x32_u16(rows, c0, n, std::min(amx::kDepth, d - c0), stage + std::size_t(c0) * Streamed + j0,
+                                     Streamed);
+      }
+      return {stage, Streamed};
+    }
     const int rows = round_up(d, amx::kRows);
     std::fill(stage, stage + std::size_t(rows) * Streamed, StagedElem(0));
     for (int j = 0; j < cols; ++j) {

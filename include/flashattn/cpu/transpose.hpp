@@ -10,6 +10,7 @@
 // signalling fp16 NaN is widened to a quiet one (vcvtph2ps sets the quiet bit; Eigen's scalar widening
 // keeps it signalling); it stays a NaN with its sign and payload either way.
 
+#include <cstdint>
 #include <type_traits>
 
 #include "flashattn/cpu/convert.hpp"
@@ -92,6 +93,53 @@ void transpose16x16(const S* src, index_t src_ld, D* dst, index_t dst_ld) {
     store_packet(dst + (4 + m) * dst_ld, shuffle_lanes<0xDD>(g01_lo, g23_lo));
     store_packet(dst + (8 + m) * dst_ld, shuffle_lanes<0x88>(g01_hi, g23_hi));
     store_packet(dst + (12 + m) * dst_ld, shuffle_lanes<0xDD>(g01_hi, g23_hi));
+  }
+}
+#endif
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+// 32 × 32 blocks of 16-bit elements (bf16 bits), moved as they are, no conversion:
+// dst[c * dst_ld + i] = rows[i][col0 + c] for i, c < 32, where rows i >= `rows_n` read as zero rows and
+// columns c >= `cols_n` as zeros (and are not read), so that a block at the edge of a tile comes out zero-padded.
+// Five rounds of in-lane and lane-crossing shuffles (160 for 1024 elements) instead of 1024 strided
+// stores: the AMX kernels stage V transposed this way (tile_ops_amx.hpp).
+inline void transpose32x32_u16(const std::uint16_t* const* rows, index_t col0, int rows_n, int cols_n,
+                               std::uint16_t* dst, index_t dst_ld) {
+  const __mmask32 cols_mask = cols_n >= 32 ? ~__mmask32(0) : ((__mmask32(1) << cols_n) - 1);
+  __m512i r[32], t[32];
+  for (int i = 0; i < 32; ++i)
+    r[i] = i < rows_n ? _mm512_maskz_loadu_epi16(cols_mask, rows[i] + col0) : _mm512_setzero_si512();
+  // Within each 128-bit lane (8 columns): for each group g of 8 rows a..h, three rounds of unpacks leave
+  // column m of the lane, [a_m .. h_m], in t[8g + m].
+  for (int g = 0; g < 4; ++g) {
+    __m512i* x = r + 8 * g;
+    __m512i u[8], w[8];
+    for (int k = 0; k < 4; ++k) {  // rows 2k, 2k+1: [a0 b0 a1 b1 a2 b2 a3 b3], [a4 b4 .. a7 b7]
+      u[2 * k] = _mm512_unpacklo_epi16(x[2 * k], x[2 * k + 1]);
+      u[2 * k + 1] = _mm512_unpackhi_epi16(x[2 * k], x[2 * k + 1]);
+    }
+    for (int k = 0; k < 2; ++k)  // rows 4k .. 4k+3: columns (0,1), (2,3), (4,5), (6,7) as 4-row units
+      for (int half = 0; half < 2; ++half) {
+        const __m512i lo = u[4 * k + half], hi = u[4 * k + 2 + half];
+        w[4 * k + 2 * half] = _mm512_unpacklo_epi32(lo, hi);
+        w[4 * k + 2 * half + 1] = _mm512_unpackhi_epi32(lo, hi);
+      }
+    for (int m2 = 0; m2 < 4; ++m2) {  // 8-row columns 2·m2 and 2·m2 + 1
+      t[8 * g + 2 * m2] = _mm512_unpacklo_epi64(w[m2], w[4 + m2]);
+      t[8 * g + 2 * m2 + 1] = _mm512_unpackhi_epi64(w[m2], w[4 + m2]);
+    }
+  }
+  // Column 8L + m is lane L of t[m], t[8 + m], t[16 + m], t[24 + m] (row groups 0..3): two rounds of
+  // 128-bit lane shuffles, as in transpose16x16.
+  for (int m = 0; m < 8; ++m) {
+    const __m512i g01_lo = _mm512_shuffle_i32x4(t[m], t[8 + m], 0x44);
+    const __m512i g01_hi = _mm512_shuffle_i32x4(t[m], t[8 + m], 0xEE);
+    const __m512i g23_lo = _mm512_shuffle_i32x4(t[16 + m], t[24 + m], 0x44);
+    const __m512i g23_hi = _mm512_shuffle_i32x4(t[16 + m], t[24 + m], 0xEE);
+    _mm512_storeu_si512(dst + (0 + m) * dst_ld, _mm512_shuffle_i32x4(g01_lo, g23_lo, 0x88));
+    _mm512_storeu_si512(dst + (8 + m) * dst_ld, _mm512_shuffle_i32x4(g01_lo, g23_lo, 0xDD));
+    _mm512_storeu_si512(dst + (16 + m) * dst_ld, _mm512_shuffle_i32x4(g01_hi, g23_hi, 0x88));
+    _mm512_storeu_si512(dst + (24 + m) * dst_ld, _mm512_shuffle_i32x4(g01_hi, g23_hi, 0xDD));
   }
 }
 #endif
