@@ -30,14 +30,15 @@ struct Tiles {
 template <class T>
 using acc_t = std::conditional_t<std::is_same_v<std::remove_cv_t<T>, double>, double, float>;
 
-// The configurations forward_dispatch.hpp's AutoTiles rule picks from. Why each, and the runs that chose
-// them: docs/performance.md, "Why it is fast", tile height.
+// The configurations the AutoTiles rule (choose_forward_tiles, below) picks from. Why each, and the runs
+// that chose them: docs/performance.md, "Why it is fast", tile height, and "Long context".
 //  - DefaultTiles: 64 × 64, every query block streams its head's K and V once.
 //  - TallTiles: 128-row programs of two 64-row panels: the K/V traffic of a tall block with the L1
 //    working set of a short one, for CPUs whose L2 holds it (tall_query_blocks()). Both give the same
 //    bits unless a call is also split over keys: a 64-row panel meets the keys in the same 64-key tiles.
-//  - TallerTiles: 256-row programs of four panels, for fp32 calls whose K and V of one head exceed L2
-//    (strictly: at L2's size and below they lost), so that they stream from L3 half as often.
+//  - TallerTiles: 256-row programs of four panels, for calls whose K and V of one head exceed L2 (every
+//    type but bf16 on AMX, every mask; strictly: at L2's size and below they lost), so that they stream
+//    from L3 a quarter as often as 64-row programs read them.
 //  - AmxTiles: bf16 on the AMX tile unit, 32 × 128: a short block keeps Oᵀ in L1 while the tile unit
 //    loads and stores it per key tile, a wide key block spreads that cost.
 //  - AmxTallerTiles: the same 32-row panels in 256-row programs, for bf16 on AMX when one head's K and V
