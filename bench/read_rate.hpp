@@ -12,8 +12,10 @@
 
 namespace flashattn::bench {
 
-// Returns the sum, so that the loop is not optimised away.
-inline float read_all(const std::vector<float>& buf, int threads) {
+// Each thread reads its share `passes` times (threads start once per call, so that a buffer read in a
+// few microseconds is not timed as thread start-up). Returns the sum, so that the loop is not optimised
+// away.
+inline float read_all(const std::vector<float>& buf, int threads, int passes = 1) {
   using V = cpu::Simd<float, cpu::kBestIsa>;
   constexpr int kAcc = 8;
   std::vector<float> sums(std::size_t(threads), 0.0f);
@@ -23,8 +25,9 @@ inline float read_all(const std::vector<float>& buf, int threads) {
     typename V::Reg acc[kAcc];
     for (auto& a : acc) a = V::zero();
     std::size_t i = 0;
-    for (; i + kAcc * V::width <= n; i += kAcc * V::width)
-      for (int a = 0; a < kAcc; ++a) acc[a] = V::add(acc[a], V::load(p + i + a * V::width));
+    for (int pass = 0; pass < passes; ++pass)
+      for (i = 0; i + kAcc * V::width <= n; i += kAcc * V::width)
+        for (int a = 0; a < kAcc; ++a) acc[a] = V::add(acc[a], V::load(p + i + a * V::width));
     alignas(64) float lanes[64];
     float s = 0.0f;
     for (auto& a : acc) {
