@@ -8,7 +8,7 @@
 //   then the maximum); 1M tokens of one causal head take minutes per call even on the AMX path.
 //
 // Rows: long/<fwd|bwd>/<fp32|bf16|fp16>/<causal|full>/H:<heads>/N:<n>/threads:<t>, d = 128, batch 1, one
-// head from N = 16384 on (8 below). Counters:
+// head from N = 16384 on (8 below; FLASHATTN_BENCH_LONG_HEADS=1,8 runs both at every N). Counters:
 //   GFLOPs        4·H·N²·d per forward call (× 0.5 causal; the backward counts its 5 GEMMs: × 2.5)
 //   x_4096        GFLOPs ÷ the same configuration's rate at N = 4096 with 8 heads, same run
 //   scratch_MB    peak bytes of the kernels' tracked scratch during the row (cpu/aligned_buffer.hpp): the
@@ -206,23 +206,40 @@ std::vector<index_t> lengths() {
   return out;
 }
 
+// Heads per row: 8 up to N = 4096 and one from 16384 on, unless FLASHATTN_BENCH_LONG_HEADS=1,8 (a list)
+// asks for those head counts at every N (8 heads at 1M: 8 GiB of fp32 inputs).
+std::vector<index_t> head_counts(index_t n) {
+  std::vector<index_t> out;
+  if (const char* e = std::getenv("FLASHATTN_BENCH_LONG_HEADS")) {
+    for (const char* p = e; *p;) {
+      char* end = nullptr;
+      const long h = std::strtol(p, &end, 10);
+      if (end == p) break;
+      if (h > 0) out.push_back(h);
+      p = *end == ',' ? end + 1 : end;
+    }
+  }
+  if (out.empty()) out.push_back(n >= 16384 ? 1 : 8);
+  return out;
+}
+
 template <class T>
 void register_rows() {
   for (int backward : {0, 1})
     for (int causal : {1, 0})
       for (index_t n : lengths())
-        for (int threads : thread_counts()) {
-          const index_t heads = n >= 16384 ? 1 : 8;
-          const std::string name = std::string("long/") + (backward ? "bwd/" : "fwd/") + dtype_name<T>() +
-                                   (causal ? "/causal" : "/full") + "/H:" + std::to_string(heads) +
-                                   "/N:" + std::to_string(n) + "/threads:" + std::to_string(threads);
-          const double seconds = flops(n, heads, causal != 0, backward != 0) / 1e11;  // at ~100 GFLOP/s
-          benchmark::RegisterBenchmark(name.c_str(), bm_long<T>)
-              ->Args({n, heads, causal, backward, threads})
-              ->Unit(benchmark::kMillisecond)
-              ->Iterations(seconds > 5 ? 1 : 3)
-              ->UseManualTime();
-        }
+        for (index_t heads : head_counts(n))
+          for (int threads : thread_counts()) {
+            const std::string name = std::string("long/") + (backward ? "bwd/" : "fwd/") + dtype_name<T>() +
+                                     (causal ? "/causal" : "/full") + "/H:" + std::to_string(heads) +
+                                     "/N:" + std::to_string(n) + "/threads:" + std::to_string(threads);
+            const double seconds = flops(n, heads, causal != 0, backward != 0) / 1e11;  // at ~100 GFLOP/s
+            benchmark::RegisterBenchmark(name.c_str(), bm_long<T>)
+                ->Args({n, heads, causal, backward, threads})
+                ->Unit(benchmark::kMillisecond)
+                ->Iterations(seconds > 5 ? 1 : 3)
+                ->UseManualTime();
+          }
 }
 
 }  // namespace
