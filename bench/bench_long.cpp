@@ -210,15 +210,7 @@ std::vector<index_t> lengths() {
 // asks for those head counts at every N (8 heads at 1M: 8 GiB of fp32 inputs).
 std::vector<index_t> head_counts(index_t n) {
   std::vector<index_t> out;
-  if (const char* e = std::getenv("FLASHATTN_BENCH_LONG_HEADS")) {
-    for (const char* p = e; *p;) {
-      char* end = nullptr;
-      const long h = std::strtol(p, &end, 10);
-      if (end == p) break;
-      if (h > 0) out.push_back(h);
-      p = *end == ',' ? end + 1 : end;
-    }
-  }
+  for (long h : flashattn::bench::env_positive_list("FLASHATTN_BENCH_LONG_HEADS")) out.push_back(h);
   if (out.empty()) out.push_back(n >= 16384 ? 1 : 8);
   return out;
 }
