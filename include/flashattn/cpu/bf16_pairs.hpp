@@ -100,9 +100,9 @@ struct Bf16Pairs {
     return _mm512_load_si512(idx);
   }
 
-  // Rows 2q, 2q + 1 of fp32 P become pair row q (bf16, round to nearest even). Row q is written after rows
-  // 2q and 2q + 1 (both >= q) have been read, so packing in place is safe.
-  static void pack_p_pairs(Acc* pt, int cols) {
+  // Rows 2q, 2q + 1 of fp32 P become pair row q (bf16, round to nearest even), into pp (⌈cols/2⌉, Lanes).
+  // Pair row q is written after rows 2q and 2q + 1 (both >= q) have been read, so pp may be pt itself.
+  static void pack_p_pairs(const Acc* pt, std::uint32_t* pp, int cols) {
     const __m512i idx = halves_interleave_index();
     for (int q = 0; q < pairs(cols); ++q) {
       for (int i = 0; i < Lanes; i += W) {
@@ -110,11 +110,12 @@ struct Bf16Pairs {
         const __m512 b = 2 * q + 1 < cols ? _mm512_loadu_ps(pt + (2 * q + 1) * Lanes + i) : _mm512_setzero_ps();
         // cvtne2ps_pbh(b, a): a in the low 16 bf16, b in the high 16; then interleave them pairwise.
         const __m512i ab = (__m512i)_mm512_cvtne2ps_pbh(b, a);
-        _mm512_storeu_si512(pt + q * Lanes + i, _mm512_permutexvar_epi16(idx, ab));
+        _mm512_storeu_si512(pp + q * Lanes + i, _mm512_permutexvar_epi16(idx, ab));
       }
     }
   }
-
+  // In place: pair row q over fp32 row q.
+  static void pack_p_pairs(Acc* pt, int cols) { pack_p_pairs(pt, reinterpret_cast<std::uint32_t*>(pt), cols); }
 };
 
 }  // namespace flashattn::cpu

@@ -16,13 +16,16 @@
 // K/V element).
 //
 // K and V rows are read in place, 16-bit ones widened as they are loaded, when their dim stride is 1 and
-// d a whole number of packets; else each tile is converted into a padded Acc buffer first. The program leaves each
+// d a whole number of packets; else each tile is converted into a padded Acc buffer first. bf16 queries
+// with bf16 K/V on AVX512_BF16 multiply bf16 pairs instead (decode_bf16.hpp): K/V in place or staged as
+// bf16, never widened. The program leaves each
 // row's unnormalised output and softmax state in a SplitKvPartials buffer; the scheduler merges a row's
 // key ranges and writes O and the LSE (forward_scheduler.hpp), so sinks and output transforms are applied
 // there, once per row.
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstddef>
 #include <limits>
 #include <optional>
@@ -35,6 +38,7 @@
 #include "flashattn/core/variants.hpp"
 #include "flashattn/cpu/aligned_buffer.hpp"
 #include "flashattn/cpu/convert.hpp"
+#include "flashattn/cpu/decode_bf16.hpp"
 #include "flashattn/cpu/online_softmax.hpp"
 #include "flashattn/cpu/simd.hpp"
 #if defined(__SSE__)
@@ -90,6 +94,11 @@ class DecodeKernel {
   using Softmax = OnlineSoftmax<Acc, kRows, isa>;
   using Ahead = StreamAhead<BlockKV>;
   static_assert(kRows % W == 0, "kRows must be a whole number of packets");
+  // bf16 queries and K/V where vdpbf16ps is compiled in: qk and pv multiply bf16 pairs (decode_bf16.hpp).
+  static constexpr bool kBf16Dot = is_bf16<T> && (isa == Isa::Avx512Bf16 || isa == Isa::Amx) && kHasAvx512Bf16;
+  using Bf16Dot = detail::DecodeBf16Dot<T>;
+  // Elements per step of the head dim: a packet of Acc, or 32 bf16 (16 pairs).
+  static constexpr int kDimStep = kBf16Dot ? 2 * W : W;
 
   // Whether a call's query rows are few enough for this kernel.
   static constexpr bool takes(index_t seq_q) { return seq_q >= 1 && seq_q <= kRows; }
@@ -97,8 +106,8 @@ class DecodeKernel {
   static index_t heads_per_program(index_t seq_q, index_t group) {
     return std::max<index_t>(1, std::min<index_t>(group, kRows / std::max<index_t>(1, seq_q)));
   }
-  // The head dim rounded up to whole packets: rows of the staged Q, O and K/V buffers.
-  static int padded(int d) { return (d + W - 1) / W * W; }
+  // The head dim rounded up to whole steps: rows of the staged Q, O and K/V buffers.
+  static int padded(int d) { return (d + kDimStep - 1) / kDimStep * kDimStep; }
 
   class Scratch {
    public:
@@ -108,8 +117,12 @@ class DecodeKernel {
           o_(std::size_t(kRows) * dp_),
           kv_(std::size_t(BlockKV) * dp_),
           st_(std::size_t(BlockKV) * kRows),
-          alpha_(kRows) {
+          alpha_(kRows),
+          q16_(kBf16Dot ? std::size_t(kRows) * dp_ : 0),
+          kv16_(kBf16Dot ? std::size_t(BlockKV + 1) * dp_ : 0),
+          pp_(kBf16Dot ? std::size_t(BlockKV / 2) * kRows : 0) {
       std::fill(st_.data(), st_.data() + st_.size(), Acc(0));  // idle lanes stay finite
+      std::fill(kv16_.data(), kv16_.data() + kv16_.size(), std::uint16_t(0));
     }
     int dp() const { return dp_; }
     Acc* q(int r) { return q_.data() + std::size_t(r) * dp_; }  // (kRows, dp) scaled query rows
@@ -117,10 +130,18 @@ class DecodeKernel {
     Acc* kv() { return kv_.data(); }                            // (BlockKV, dp) a staged K or V tile
     Acc* st() { return st_.data(); }                            // (BlockKV, kRows) Sᵀ, then Pᵀ
     Acc* alpha() { return alpha_.data(); }                      // (kRows) O rescale of the current tile
+    // bf16 pairs (kBf16Dot only): Q rows as bf16 bits, a staged K or V tile as bf16 bits followed by a
+    // zero row (the partner of an odd tile's last V row), and Pᵀ as (BlockKV / 2, kRows) pairs.
+    std::uint16_t* q16(int r) { return q16_.data() + std::size_t(r) * dp_; }
+    std::uint16_t* kv16() { return kv16_.data(); }
+    const std::uint16_t* zero16() const { return kv16_.data() + std::size_t(BlockKV) * dp_; }
+    std::uint32_t* pp() { return pp_.data(); }
 
    private:
     int dp_;
     AlignedBuffer<Acc> q_, o_, kv_, st_, alpha_;
+    AlignedBuffer<std::uint16_t> q16_, kv16_;
+    AlignedBuffer<std::uint32_t> pp_;
   };
 
   // Query heads [h0, h0 + heads) of batch entry b, row r being query r % seq_q of head h0 + r / seq_q,
@@ -156,8 +177,13 @@ class DecodeKernel {
     const Acc score_scale = modifies_scores_v<Policy> ? kLog2e : Acc(p.scale) * kLog2e;
     const TensorView<const T> q = p.q_rows(b);
     for (int r = 0; r < rows; ++r) {
-      load_row(s.q(r), q.row(b, r % seq_q, h0 + r / seq_q), q.stride_dim, d);
-      std::fill(s.q(r) + d, s.q(r) + dp, Acc(0));
+      const T* q_row = q.row(b, r % seq_q, h0 + r / seq_q);
+      if constexpr (kBf16Dot) {
+        for (int c = 0; c < dp; ++c) s.q16(r)[c] = c < d ? Bf16Dot::bits(q_row + c * q.stride_dim) : 0;
+      } else {
+        load_row(s.q(r), q_row, q.stride_dim, d);
+        std::fill(s.q(r) + d, s.q(r) + dp, Acc(0));
+      }
       std::fill(s.o(r), s.o(r) + dp, Acc(0));
     }
     acct.read(Traffic::Q, rows * d * index_t(sizeof(T)));
@@ -186,6 +212,7 @@ class DecodeKernel {
       }
       softmax.update(s.st(), cols, score_scale, s.alpha());
 
+      if constexpr (kBf16Dot) Bf16Dot::pack_p(s.st(), s.pp(), cols);
       with_rows(s, p.v, b, h_kv, k0, cols, d,
                 [&](const auto& v) { pv(s, rows, s.alpha(), s.st(), v, cols, k_ahead); });
       acct.read(Traffic::V, cols * row_bytes);
@@ -195,7 +222,7 @@ class DecodeKernel {
       const index_t row = row_of(h0 + r / seq_q, r % seq_q);
       *partials.m(split, row) = softmax.running_max(r);
       *partials.l(split, row) = softmax.running_sum(r);
-      std::copy(s.o(r), s.o(r) + d, partials.o(split, row));
+      store_o_row(s.o(r), partials.o(split, row), d);
     }
     acct.write(Traffic::Partial, rows * partials.row_bytes(d));
   }
@@ -222,19 +249,24 @@ class DecodeKernel {
     const E* const* row;
     const E* operator[](int j) const { return row[j]; }
   };
-  // f(rows): rows [k0, k0 + cols) of one head, as the storage type in place or as Acc staged.
+  // f(rows): rows [k0, k0 + cols) of one head, as the storage type in place or staged (as Acc; as bf16
+  // for the bf16 pairs).
   template <class Rows, class F>
   static void with_rows(Scratch& s, const Rows& x, index_t b, index_t h, index_t k0, int cols, int d, F&& f) {
     using E = kv_elem_t<Rows>;
-    if constexpr (kLoadsStorage<E>) {
-      if (x.dim_stride() == 1 && d % W == 0) {
+    if constexpr (kLoadsStorage<E> || kBf16Dot) {
+      if (x.dim_stride() == 1 && d % kDimStep == 0) {
         if (x.even_run(b, h, k0) >= cols) return f(EvenRows<E>{x.row(b, h, k0), x.row_stride()});
         const E* rows[BlockKV];
         row_pointers(x, b, h, k0, cols, rows);
         return f(RowList<E>{rows});
       }
     }
-    f(EvenRows<Acc>{stage(s, x, b, h, k0, cols, d), index_t(s.dp())});
+    if constexpr (kBf16Dot) {
+      f(EvenRows<std::uint16_t>{stage_bf16(s, x, b, h, k0, cols, d), index_t(s.dp())});
+    } else {
+      f(EvenRows<Acc>{stage(s, x, b, h, k0, cols, d), index_t(s.dp())});
+    }
   }
   // One packet of a K or V row: Acc, or storage widened to it.
   template <class E>
@@ -283,33 +315,67 @@ class DecodeKernel {
     return s.kv();
   }
 
+  // The bf16 rows of the staged tile: bf16 bits, zero past d (kept zero from construction).
+  template <class Rows>
+  static const std::uint16_t* stage_bf16(Scratch& s, const Rows& x, index_t b, index_t h, index_t k0, int cols,
+                                         int d) {
+    const int dp = s.dp();
+    for (int j = 0; j < cols; ++j) {
+      const auto* src = x.row(b, h, k0 + j);
+      std::uint16_t* dst = s.kv16() + std::size_t(j) * dp;
+      for (int c = 0; c < d; ++c) dst[c] = Bf16Dot::bits(src + c * x.dim_stride());
+    }
+    return s.kv16();
+  }
+
+  // One step of the head dim in qk: packets of Acc multiplied by FMAs (16-bit K/V widened as they are
+  // loaded), or 32 bf16 by vdpbf16ps (Bf16Dot).
+  struct FmaStep {
+    using Operand = Reg;
+    template <class E>
+    static Reg load_k(const E* p) {
+      return load_kv(p);
+    }
+    static Reg load_q(const Acc* p) { return V::load(p); }
+    static Reg madd(Reg acc, Reg q, Reg k) { return V::fma(q, k, acc); }
+  };
+  using Step = std::conditional_t<kBf16Dot, Bf16Dot, FmaStep>;
+  static const auto* staged_q(Scratch& s, int r) {
+    if constexpr (kBf16Dot) {
+      return s.q16(r);
+    } else {
+      return s.q(r);
+    }
+  }
+
   // Sᵀ[j][r] = q_r · k_j for rows r < rows and keys j < cols. Blocks at the edges repeat their last row
   // or key (computed, not stored), so that every block has the same compile-time shape.
   template <class KRows>
   static void qk(Acc* st, Scratch& s, int rows, const KRows& k, int cols, const Ahead& ahead) {
     using E = std::remove_cv_t<std::remove_pointer_t<decltype(k[0])>>;
+    using QElem = std::remove_cv_t<std::remove_pointer_t<decltype(staged_q(s, 0))>>;
     const int dp = s.dp();
     for (int j0 = 0; j0 < cols; j0 += kKeyBlock) {
       ahead.issue(j0, j0 + kKeyBlock);
       const E* kr[kKeyBlock];
       for (int jj = 0; jj < kKeyBlock; ++jj) kr[jj] = k[std::min(j0 + jj, cols - 1)];
       for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
-        const Acc* qr[kRowBlock];
-        for (int rr = 0; rr < kRowBlock; ++rr) qr[rr] = s.q(std::min(r0 + rr, rows - 1));
+        const QElem* qr[kRowBlock];
+        for (int rr = 0; rr < kRowBlock; ++rr) qr[rr] = staged_q(s, std::min(r0 + rr, rows - 1));
         Reg acc[kRowBlock][kKeyBlock];
         FLASHATTN_UNROLL
         for (int rr = 0; rr < kRowBlock; ++rr)
           FLASHATTN_UNROLL
           for (int jj = 0; jj < kKeyBlock; ++jj) acc[rr][jj] = V::zero();
-        for (int c = 0; c < dp; c += W) {
-          Reg kv[kKeyBlock];
+        for (int c = 0; c < dp; c += kDimStep) {
+          typename Step::Operand kv[kKeyBlock];
           FLASHATTN_UNROLL
-          for (int jj = 0; jj < kKeyBlock; ++jj) kv[jj] = load_kv(kr[jj] + c);
+          for (int jj = 0; jj < kKeyBlock; ++jj) kv[jj] = Step::load_k(kr[jj] + c);
           FLASHATTN_UNROLL
           for (int rr = 0; rr < kRowBlock; ++rr) {
-            const Reg qv = V::load(qr[rr] + c);
+            const typename Step::Operand qv = Step::load_q(qr[rr] + c);
             FLASHATTN_UNROLL
-            for (int jj = 0; jj < kKeyBlock; ++jj) acc[rr][jj] = V::fma(qv, kv[jj], acc[rr][jj]);
+            for (int jj = 0; jj < kKeyBlock; ++jj) acc[rr][jj] = Step::madd(acc[rr][jj], qv, kv[jj]);
           }
         }
         alignas(64) Acc sums[kRowBlock * kKeyBlock];  // [jj * kRowBlock + rr]
@@ -382,6 +448,15 @@ class DecodeKernel {
   static void pv(Scratch& s, int rows, const Acc* alpha, const Acc* pt, const VRows& v, int cols,
                  const Ahead& ahead) {
     const int dp = s.dp();
+    if constexpr (kBf16Dot) {  // pairs of keys: 2 × 32 columns per block, then 32
+      for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
+        int c = 0;
+        for (; c + 2 * kDimStep <= dp; c += 2 * kDimStep)
+          pv_pairs_block<2>(s, r0, rows, c, alpha, v, cols, r0 == 0 && c == 0 ? &ahead : nullptr);
+        for (; c < dp; c += kDimStep) pv_pairs_block<1>(s, r0, rows, c, alpha, v, cols, c == 0 ? &ahead : nullptr);
+      }
+      return;
+    }
     for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
       int c = 0;
       for (; c + kPackets * W <= dp; c += kPackets * W)
@@ -421,6 +496,61 @@ class DecodeKernel {
     for (int rr = 0; rr < kRowBlock; ++rr)
       FLASHATTN_UNROLL
       for (int cc = 0; cc < NC; ++cc) V::store(s.o(r[rr]) + c + cc * W, acc[rr][cc]);
+  }
+
+  // pv_block on bf16 pairs: NC groups of 32 columns from c, each two packets of O in Bf16Dot::column_of
+  // order, keys taken two at a time with their P pairs (s.pp(), packed after the softmax); an odd tile's
+  // last key is paired with a zero row.
+  template <int NC, class VRows>
+  static void pv_pairs_block(Scratch& s, int r0, int rows, int c, const Acc* alpha, const VRows& v, int cols,
+                             const Ahead* ahead) {
+    int r[kRowBlock];
+    for (int rr = 0; rr < kRowBlock; ++rr) r[rr] = std::min(r0 + rr, rows - 1);
+    Reg acc[kRowBlock][2 * NC];
+    FLASHATTN_UNROLL
+    for (int rr = 0; rr < kRowBlock; ++rr) {
+      const Reg a = V::set1(alpha[r[rr]]);
+      FLASHATTN_UNROLL
+      for (int h = 0; h < 2 * NC; ++h) acc[rr][h] = V::mul(V::load(s.o(r[rr]) + c + h * W), a);
+    }
+    const std::uint32_t* pp = s.pp();
+    for (int j = 0; j < cols; j += 2) {
+      if (ahead != nullptr) ahead->issue(j, j + 2);
+      const void* first = v[j] + c;
+      const void* second = j + 1 < cols ? static_cast<const void*>(v[j + 1] + c) : s.zero16() + c;
+      typename Step::Operand lo[NC], hi[NC];
+      FLASHATTN_UNROLL
+      for (int cc = 0; cc < NC; ++cc)
+        Bf16Dot::interleave(static_cast<const std::uint16_t*>(first) + cc * kDimStep,
+                            static_cast<const std::uint16_t*>(second) + cc * kDimStep, lo[cc], hi[cc]);
+      FLASHATTN_UNROLL
+      for (int rr = 0; rr < kRowBlock; ++rr) {
+        const typename Step::Operand pj = Bf16Dot::broadcast(pp[(j / 2) * kRows + r[rr]]);
+        FLASHATTN_UNROLL
+        for (int cc = 0; cc < NC; ++cc) {
+          acc[rr][2 * cc] = Step::madd(acc[rr][2 * cc], lo[cc], pj);
+          acc[rr][2 * cc + 1] = Step::madd(acc[rr][2 * cc + 1], hi[cc], pj);
+        }
+      }
+    }
+    FLASHATTN_UNROLL
+    for (int rr = 0; rr < kRowBlock; ++rr)
+      FLASHATTN_UNROLL
+      for (int h = 0; h < 2 * NC; ++h) V::store(s.o(r[rr]) + c + h * W, acc[rr][h]);
+  }
+
+  // A program's output row into the partials: as it is, or from the bf16 pairs' column order.
+  static void store_o_row(const Acc* o, Acc* out, int d) {
+    if constexpr (kBf16Dot) {
+      for (int g = 0; g < d; g += kDimStep)
+        for (int half = 0; half < 2; ++half)
+          for (int lane = 0; lane < W; ++lane) {
+            const int col = g + Bf16Dot::column_of(half, lane);
+            if (col < d) out[col] = o[g + half * W + lane];
+          }
+    } else {
+      std::copy(o, o + d, out);
+    }
   }
 };
 
