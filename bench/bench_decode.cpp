@@ -29,6 +29,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "flashattn/cpu/amx.hpp"
 #include "flashattn/cpu/simd.hpp"
 #include "flashattn/forward.hpp"
 #include "flashattn/kv_cache.hpp"
@@ -99,13 +100,13 @@ std::vector<double> measure(benchmark::State& state, double bytes, int threads, 
 }
 
 // Args: keys, query rows, threads, decode kernel (1) or prefill kernel (0). T: Q and O; E: K and V (mixed
-// precision where they differ).
-template <class T, class E = T>
+// precision where they differ). Tiles: AutoTiles, or the configuration of the decode_no_amx rows.
+template <class T, class E = T, class Tiles = cpu::AutoTiles>
 void bm_decode(benchmark::State& state) {
   const index_t B = 1, H = 32, Hk = 8, D = 128;
   const index_t kv = state.range(0), seq_q = state.range(1);
   const int threads = int(state.range(2));
-  cpu::Context<> ctx{threads};
+  cpu::Context<Tiles> ctx{threads};
   ctx.decode_kernel = state.range(3) != 0;
 
   std::vector<T> q(std::size_t(B * seq_q * H * D)), o(q.size());
@@ -222,6 +223,15 @@ void register_rows() {
             ->Unit(benchmark::kMillisecond)
             ->Iterations(iterations)
             ->UseManualTime();
+        // bf16 where AMX is usable: the same call on AVX512-BF16 (DefaultTiles) for comparison.
+        if constexpr (cpu::is_bf16<T>) {
+          if (cpu::is_compiled(cpu::Isa::Amx) && cpu::amx::usable())
+            benchmark::RegisterBenchmark(("decode_no_amx" + tail).c_str(), bm_decode<T, E, cpu::DefaultTiles<T>>)
+                ->Args({kv, seq_q, threads, 1})
+                ->Unit(benchmark::kMillisecond)
+                ->Iterations(iterations)
+                ->UseManualTime();
+        }
         if (kv == 32768 && seq_q == 1 && !sweep && std::is_same_v<T, E>)
           benchmark::RegisterBenchmark(("prefill_kernel" + tail).c_str(), bm_decode<T, E>)
               ->Args({kv, seq_q, threads, 0})

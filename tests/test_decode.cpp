@@ -183,5 +183,28 @@ TEST(Decode, ScaleAppliesToTheDotProductNotToQ) {
                                        NoMask{c.seq_k}));
 }
 
+// test_decode_amx compiles this file with FLASHATTN_DECODE_LANE_ROWS=1 and FLASHATTN_AMX_EMULATE: there
+// every program runs in the decode kernel's lane layout (the prefill kernel's tile operations at 16
+// lanes), and every bf16 call on the AMX tile unit (tile_ops_amx.hpp on the scalar model of the unit), as
+// AutoTiles picks AmxTiles wherever AMX is usable. That routing is checked here: AutoTiles gives the bits
+// of naming AmxTiles.
+#if defined(FLASHATTN_AMX_EMULATE) && defined(__AVX512BF16__)
+static_assert(cpu::DecodeKernel<Eigen::bfloat16, 0, cpu::Isa::Amx>::kAmxTiles,
+              "the emulated tile unit runs the decode kernel's AMX programs");
+TEST(Decode, Bf16CallsTakeTheAmxPrograms) {
+  for (const DecodeCase& c : {DecodeCase{1, 4, 700, 8, 2, 128, true}, DecodeCase{2, 1, 65, 6, 1, 33}}) {
+    SCOPED_TRACE(c.name());
+    Problem<Eigen::bfloat16> automatic(c), named(c);
+    attention_forward(cpu::Context<>{1}, automatic.q.cview(), automatic.k.cview(), automatic.v.cview(),
+                      automatic.o.view(), c.options(), automatic.lse.view());
+    attention_forward(cpu::Context<cpu::AmxTiles<Eigen::bfloat16>>{1}, named.q.cview(), named.k.cview(),
+                      named.v.cview(), named.o.view(), c.options(), named.lse.view());
+    EXPECT_EQ(bytes_of(automatic.o.storage()), bytes_of(named.o.storage()));
+    EXPECT_TRUE(matches_reference_for_options<Eigen::bfloat16>(named.q.cview(), named.k.cview(), named.v.cview(),
+                                                               named.o.cview(), named.lse.view(), c.options()));
+  }
+}
+#endif
+
 }  // namespace
 }  // namespace flashattn::testing

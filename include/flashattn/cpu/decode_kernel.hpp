@@ -18,10 +18,16 @@
 // K and V rows are read in place, 16-bit ones widened as they are loaded, when their dim stride is 1 and
 // d a whole number of packets; else each tile is converted into a padded Acc buffer first. bf16 queries
 // with bf16 K/V on AVX512_BF16 multiply bf16 pairs instead (decode_bf16.hpp): K/V in place or staged as
-// bf16, never widened. The program leaves each
-// row's unnormalised output and softmax state in a SplitKvPartials buffer; the scheduler merges a row's
-// key ranges and writes O and the LSE (forward_scheduler.hpp), so sinks and output transforms are applied
-// there, once per row.
+// bf16, never widened.
+//
+// On the AMX tile unit (Isa::Amx, bf16) the two products are the prefill kernel's AMX tile operations
+// with kRows lanes (tile_ops_amx.hpp), in its transposed layout (Oᵀ as (d, kRows), V staged transposed):
+// the tile unit spends no more on a program of 16 rows than on one of 4, so a step of speculative
+// decoding's few rows per head costs about what one row does.
+//
+// The program leaves each row's unnormalised output and softmax state in a SplitKvPartials buffer; the
+// scheduler merges a row's key ranges and writes O and the LSE (forward_scheduler.hpp), so sinks and
+// output transforms are applied there, once per row.
 
 #include <algorithm>
 #include <array>
@@ -45,6 +51,7 @@
 #include <xmmintrin.h>
 #endif
 #include "flashattn/cpu/split_kv.hpp"
+#include "flashattn/cpu/tile_ops_amx.hpp"
 #include "flashattn/cpu/tiles.hpp"
 #include "flashattn/instrument/accounting.hpp"
 
@@ -94,10 +101,29 @@ class DecodeKernel {
   using Softmax = OnlineSoftmax<Acc, kRows, isa>;
   using Ahead = StreamAhead<BlockKV>;
   static_assert(kRows % W == 0, "kRows must be a whole number of packets");
-  // bf16 queries and K/V where vdpbf16ps is compiled in: qk and pv multiply bf16 pairs (decode_bf16.hpp).
+  // The lane layout: the prefill kernel's tile operations with kRows lanes (tile_ops*.hpp), query rows in
+  // vector lanes (or tile columns), K and V staged as the prefill kernel stages them, Oᵀ as (d, kRows).
+  // Programs of bf16 on the AMX tile unit run it: the tile unit's cost does not depend on how many of its
+  // 16 rows are used. On vector units the dim layout stays the faster one even at 16 rows (Zen 4, 16 rows:
+  // fp32 1.08 ×, but bf16 0.86 × and fp16 0.94 × the dim layout's rate; docs/inference.md), so there only
+  // FLASHATTN_DECODE_LANE_ROWS=n (programs of n rows or more) selects it: for measuring, and for
+  // test_decode_amx, which runs every program in it.
+  using LaneOps = TileOps<T, kRows, BlockKV, HeadDim, isa>;
+  static constexpr bool kAmxTiles = is_bf16<T> && isa == Isa::Amx && kHasAmx;
+#if defined(FLASHATTN_DECODE_LANE_ROWS)
+  static constexpr int kLaneRows = FLASHATTN_DECODE_LANE_ROWS;
+#else
+  static constexpr int kLaneRows = kRows + 1;
+#endif
+  // Whether a program of `rows` rows runs in the lane layout.
+  static bool lane_layout(int rows) { return kAmxTiles || rows >= kLaneRows; }
+  // The dim layout's bf16 pairs where vdpbf16ps is compiled in (decode_bf16.hpp).
   static constexpr bool kBf16Dot = is_bf16<T> && (isa == Isa::Avx512Bf16 || isa == Isa::Amx) && kHasAvx512Bf16;
   using Bf16Dot = detail::DecodeBf16Dot<T>;
-  // Elements per step of the head dim: a packet of Acc, or 32 bf16 (16 pairs).
+  // What a worker's thread holds while it runs programs (the AMX tile configuration), else nothing; a
+  // worker's Scratch holds it.
+  using WorkerSetup = worker_setup_t<LaneOps>;
+  // Elements per step of the head dim in the dim layout: a packet of Acc, or 32 bf16 (16 pairs).
   static constexpr int kDimStep = kBf16Dot ? 2 * W : W;
 
   // Whether a call's query rows are few enough for this kernel.
@@ -120,7 +146,11 @@ class DecodeKernel {
           alpha_(kRows),
           q16_(kBf16Dot ? std::size_t(kRows) * dp_ : 0),
           kv16_(kBf16Dot ? std::size_t(BlockKV + 1) * dp_ : 0),
-          pp_(kBf16Dot ? std::size_t(BlockKV / 2) * kRows : 0) {
+          pp_(kBf16Dot ? std::size_t(BlockKV / 2) * kRows : 0),
+          q_rows_(std::size_t(kRows) * d),
+          row_buf_(std::size_t(d)),
+          qt_(LaneOps::lane_elems(d)),
+          stage_(LaneOps::stage_elems(d)) {
       std::fill(st_.data(), st_.data() + st_.size(), Acc(0));  // idle lanes stay finite
       std::fill(kv16_.data(), kv16_.data() + kv16_.size(), std::uint16_t(0));
     }
@@ -136,12 +166,22 @@ class DecodeKernel {
     std::uint16_t* kv16() { return kv16_.data(); }
     const std::uint16_t* zero16() const { return kv16_.data() + std::size_t(BlockKV) * dp_; }
     std::uint32_t* pp() { return pp_.data(); }
+    // The lane layout: Q rows as T (kRows, d), then LaneOps's Qᵀ; a staged K or V tile in LaneOps's layout.
+    T* q_rows() { return q_rows_.data(); }
+    Acc* row_buf() { return row_buf_.data(); }
+    typename LaneOps::LaneElem* qt() { return qt_.data(); }
+    typename LaneOps::StagedElem* stage() { return stage_.data(); }
 
    private:
+    WorkerSetup setup_;  // first: set up before, and torn down after, everything that uses it
     int dp_;
     AlignedBuffer<Acc> q_, o_, kv_, st_, alpha_;
     AlignedBuffer<std::uint16_t> q16_, kv16_;
     AlignedBuffer<std::uint32_t> pp_;
+    AlignedBuffer<T> q_rows_;
+    AlignedBuffer<Acc> row_buf_;
+    AlignedBuffer<typename LaneOps::LaneElem> qt_;
+    AlignedBuffer<typename LaneOps::StagedElem> stage_;
   };
 
   // Query heads [h0, h0 + heads) of batch entry b, row r being query r % seq_q of head h0 + r / seq_q,
@@ -176,7 +216,17 @@ class DecodeKernel {
     // score modifier sees natural units scale·q·k, so then only log2(e) remains to apply.
     const Acc score_scale = modifies_scores_v<Policy> ? kLog2e : Acc(p.scale) * kLog2e;
     const TensorView<const T> q = p.q_rows(b);
-    for (int r = 0; r < rows; ++r) {
+    const bool lanes = lane_layout(rows);
+    if (lanes) {  // the rows gathered as one (rows, d) matrix, then transposed as the prefill kernel does
+      for (int r = 0; r < rows; ++r) {
+        const T* q_row = q.row(b, r % seq_q, h0 + r / seq_q);
+        for (int c = 0; c < d; ++c) s.q_rows()[r * d + c] = q_row[c * q.stride_dim];
+      }
+      const TensorView<const T> gathered{s.q_rows(), 1, rows, 1, d, index_t(kRows) * d, d, d, 1};
+      LaneOps::load_lanes(s.qt(), s.row_buf(), gathered, 0, 0, 0, rows, d);
+      std::fill(s.o(0), s.o(0) + std::size_t(kRows) * dp, Acc(0));  // Oᵀ (d, kRows)
+    }
+    for (int r = 0; r < rows && !lanes; ++r) {
       const T* q_row = q.row(b, r % seq_q, h0 + r / seq_q);
       if constexpr (kBf16Dot) {
         for (int c = 0; c < dp; ++c) s.q16(r)[c] = c < d ? Bf16Dot::bits(q_row + c * q.stride_dim) : 0;
@@ -204,7 +254,12 @@ class DecodeKernel {
       // While Q·Kᵀ runs, this tile's V rows are fetched; while P·V runs, the next tile's K rows.
       const Ahead v_ahead = ahead(p.v, b, h_kv, k0, cols, row_bytes);
       const Ahead k_ahead = ahead(p.k, b, h_kv, k1, int(std::min<index_t>(BlockKV, end - k1)), row_bytes);
-      with_rows(s, p.k, b, h_kv, k0, cols, d, [&](const auto& k) { qk(s.st(), s, rows, k, cols, v_ahead); });
+      if (lanes) {
+        v_ahead.issue(0, cols);
+        LaneOps::qk(s.st(), s.qt(), LaneOps::stage_for_qk(s.stage(), p.k, b, h_kv, k0, cols, d), cols, d);
+      } else {
+        with_rows(s, p.k, b, h_kv, k0, cols, d, [&](const auto& k) { qk(s.st(), s, rows, k, cols, v_ahead); });
+      }
       acct.read(Traffic::K, cols * row_bytes);
       if (!all_full || modifies_scores_v<Policy>) {
         for (int g = 0; g < heads; ++g)
@@ -212,9 +267,14 @@ class DecodeKernel {
       }
       softmax.update(s.st(), cols, score_scale, s.alpha());
 
-      if constexpr (kBf16Dot) Bf16Dot::pack_p(s.st(), s.pp(), cols);
-      with_rows(s, p.v, b, h_kv, k0, cols, d,
-                [&](const auto& v) { pv(s, rows, s.alpha(), s.st(), v, cols, k_ahead); });
+      if (lanes) {
+        k_ahead.issue(0, k_ahead.rows);
+        LaneOps::pv(s.o(0), s.alpha(), s.st(), LaneOps::stage_for_pv(s.stage(), p.v, b, h_kv, k0, cols, d), cols, d);
+      } else {
+        if constexpr (kBf16Dot) Bf16Dot::pack_p(s.st(), s.pp(), cols);
+        with_rows(s, p.v, b, h_kv, k0, cols, d,
+                  [&](const auto& v) { pv(s, rows, s.alpha(), s.st(), v, cols, k_ahead); });
+      }
       acct.read(Traffic::V, cols * row_bytes);
     }
 
@@ -222,9 +282,12 @@ class DecodeKernel {
       const index_t row = row_of(h0 + r / seq_q, r % seq_q);
       *partials.m(split, row) = softmax.running_max(r);
       *partials.l(split, row) = softmax.running_sum(r);
-      store_o_row(s.o(r), partials.o(split, row), d);
+      store_o_row(s, r, partials.o(split, row), d, lanes);
     }
     acct.write(Traffic::Partial, rows * partials.row_bytes(d));
+    // The lane layout fills every lane of Sᵀ (and leaves bf16 pairs in it); the dim layout's idle lanes
+    // must stay finite, so a later program of few rows on this scratch finds zeros there.
+    if (lanes) std::fill(s.st(), s.st() + std::size_t(BlockKV) * kRows, Acc(0));
   }
 
  private:
@@ -539,9 +602,13 @@ class DecodeKernel {
       for (int h = 0; h < 2 * NC; ++h) V::store(s.o(r[rr]) + c + h * W, acc[rr][h]);
   }
 
-  // A program's output row into the partials: as it is, or from the bf16 pairs' column order.
-  static void store_o_row(const Acc* o, Acc* out, int d) {
-    if constexpr (kBf16Dot) {
+  // A program's output row r into the partials: column r of Oᵀ (the lane layout), or row r as it is or in
+  // the bf16 pairs' column order.
+  static void store_o_row(Scratch& s, int r, Acc* out, int d, bool lanes) {
+    const Acc* o = s.o(r);
+    if (lanes) {
+      for (int c = 0; c < d; ++c) out[c] = s.o(0)[c * kRows + r];
+    } else if constexpr (kBf16Dot) {
       for (int g = 0; g < d; g += kDimStep)
         for (int half = 0; half < 2; ++half)
           for (int lane = 0; lane < W; ++lane) {
