@@ -4,9 +4,11 @@
 #   1. ASan + UBSan (-fno-sanitize-recover=all: any report fails), built with -Werror (this is also CI's
 #      clang++ -Werror build of the tests): every test binary and example, run by ctest, but two not built
 #      (FLASHATTN_SKIP_TESTS): test_accounting (the kernels of test_forward with a byte-counting policy,
-#      checked by the g++ pass) and test_long_context (N = 20000 on the kernels that test_forward's
-#      TallerTiles rows run at short lengths: seconds unsanitized, minutes here); the packaging tests,
-#      which only configure and build consumer projects, are left out.
+#      checked by the g++ pass), test_long_context (N = 20000 on the kernels that test_forward's
+#      TallerTiles rows run at short lengths: seconds unsanitized, minutes here) and test_forward_isa (the
+#      forward suite once per instruction set: the longest build of all, and the fuzzer below runs the
+#      AVX2 and portable tiles under ASan); the packaging tests, which only configure and build consumer
+#      projects, are left out.
 #   2. TSan: test_concurrency, whose forward, masked and backward calls run from many user threads, each
 #      with workers of its own, run by ctest.
 # Build dirs: $FLASHATTN_ASAN_BUILD (default build-asan) and $FLASHATTN_TSAN_BUILD (default build-tsan);
@@ -40,7 +42,7 @@ configure() {
 
 if [[ $what == all || $what == asan ]]; then
   say "ASan+UBSan: configure and build $asan_dir"
-  configure "$asan_dir" -fsanitize=address,undefined -fno-sanitize-recover=all -- "-DFLASHATTN_SKIP_TESTS=test_accounting;test_long_context"
+  configure "$asan_dir" -fsanitize=address,undefined -fno-sanitize-recover=all -- "-DFLASHATTN_SKIP_TESTS=test_accounting;test_long_context;test_forward_isa"
   cmake --build "$asan_dir" -j "$jobs"
   say "ASan+UBSan: ctest"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1 \
