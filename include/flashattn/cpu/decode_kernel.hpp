@@ -115,14 +115,16 @@ class DecodeKernel {
 #else
   static constexpr int kLaneRows = kRows + 1;
 #endif
-  // Whether a program of `rows` rows runs in the lane layout.
-  static bool lane_layout(int rows) { return kAmxTiles || rows >= kLaneRows; }
+  // Whether any program can run in the lane layout (else LaneOps is never instantiated, nor its buffers
+  // allocated), and whether a program of `rows` rows does.
+  static constexpr bool kLanesUsed = kAmxTiles || kLaneRows <= kRows;
+  static bool lane_layout(int rows) { return kAmxTiles || (kLanesUsed && rows >= kLaneRows); }
   // The dim layout's bf16 pairs where vdpbf16ps is compiled in (decode_bf16.hpp).
   static constexpr bool kBf16Dot = is_bf16<T> && (isa == Isa::Avx512Bf16 || isa == Isa::Amx) && kHasAvx512Bf16;
   using Bf16Dot = detail::DecodeBf16Dot<T>;
   // What a worker's thread holds while it runs programs (the AMX tile configuration), else nothing; a
   // worker's Scratch holds it.
-  using WorkerSetup = worker_setup_t<LaneOps>;
+  using WorkerSetup = std::conditional_t<kLanesUsed, worker_setup_t<LaneOps>, detail::NoWorkerSetup>;
   // Elements per step of the head dim in the dim layout: a packet of Acc, or 32 bf16 (16 pairs).
   static constexpr int kDimStep = kBf16Dot ? 2 * W : W;
 
@@ -131,6 +133,15 @@ class DecodeKernel {
   // Query heads a program packs: as many whole heads of one group as kRows rows hold (at least one).
   static index_t heads_per_program(index_t seq_q, index_t group) {
     return std::max<index_t>(1, std::min<index_t>(group, kRows / std::max<index_t>(1, seq_q)));
+  }
+  // LaneOps's buffers, where the lane layout is used.
+  static std::size_t lane_elems(int d) {
+    if constexpr (kLanesUsed) return LaneOps::lane_elems(d);
+    return 0;
+  }
+  static std::size_t stage_elems(int d) {
+    if constexpr (kLanesUsed) return LaneOps::stage_elems(d);
+    return 0;
   }
   // The head dim rounded up to whole steps: rows of the staged Q, O and K/V buffers.
   static int padded(int d) { return (d + kDimStep - 1) / kDimStep * kDimStep; }
@@ -141,16 +152,16 @@ class DecodeKernel {
         : dp_(padded(d)),
           q_(std::size_t(kRows) * dp_),
           o_(std::size_t(kRows) * dp_),
-          kv_(std::size_t(BlockKV) * dp_),
+          kv_(kAmxTiles ? 0 : std::size_t(BlockKV) * dp_),
           st_(std::size_t(BlockKV) * kRows),
           alpha_(kRows),
-          q16_(kBf16Dot ? std::size_t(kRows) * dp_ : 0),
-          kv16_(kBf16Dot ? std::size_t(BlockKV + 1) * dp_ : 0),
-          pp_(kBf16Dot ? std::size_t(BlockKV / 2) * kRows : 0),
-          q_rows_(std::size_t(kRows) * d),
-          row_buf_(std::size_t(d)),
-          qt_(LaneOps::lane_elems(d)),
-          stage_(LaneOps::stage_elems(d)) {
+          q16_(kBf16Dot && !kAmxTiles ? std::size_t(kRows) * dp_ : 0),
+          kv16_(kBf16Dot && !kAmxTiles ? std::size_t(BlockKV + 1) * dp_ : 0),
+          pp_(kBf16Dot && !kAmxTiles ? std::size_t(BlockKV / 2) * kRows : 0),
+          q_rows_(kLanesUsed ? std::size_t(kRows) * d : 0),
+          row_buf_(kLanesUsed ? std::size_t(d) : 0),
+          qt_(lane_elems(d)),
+          stage_(stage_elems(d)) {
       std::fill(st_.data(), st_.data() + st_.size(), Acc(0));  // idle lanes stay finite
       std::fill(kv16_.data(), kv16_.data() + kv16_.size(), std::uint16_t(0));
     }
@@ -223,7 +234,7 @@ class DecodeKernel {
         for (int c = 0; c < d; ++c) s.q_rows()[r * d + c] = q_row[c * q.stride_dim];
       }
       const TensorView<const T> gathered{s.q_rows(), 1, rows, 1, d, index_t(kRows) * d, d, d, 1};
-      LaneOps::load_lanes(s.qt(), s.row_buf(), gathered, 0, 0, 0, rows, d);
+      if constexpr (kLanesUsed) LaneOps::load_lanes(s.qt(), s.row_buf(), gathered, 0, 0, 0, rows, d);
       std::fill(s.o(0), s.o(0) + std::size_t(kRows) * dp, Acc(0));  // Oᵀ (d, kRows)
     }
     for (int r = 0; r < rows && !lanes; ++r) {
@@ -256,7 +267,8 @@ class DecodeKernel {
       const Ahead k_ahead = ahead(p.k, b, h_kv, k1, int(std::min<index_t>(BlockKV, end - k1)), row_bytes);
       if (lanes) {
         v_ahead.issue(0, cols);
-        LaneOps::qk(s.st(), s.qt(), LaneOps::stage_for_qk(s.stage(), p.k, b, h_kv, k0, cols, d), cols, d);
+        if constexpr (kLanesUsed)
+          LaneOps::qk(s.st(), s.qt(), LaneOps::stage_for_qk(s.stage(), p.k, b, h_kv, k0, cols, d), cols, d);
       } else {
         with_rows(s, p.k, b, h_kv, k0, cols, d, [&](const auto& k) { qk(s.st(), s, rows, k, cols, v_ahead); });
       }
@@ -269,7 +281,9 @@ class DecodeKernel {
 
       if (lanes) {
         k_ahead.issue(0, k_ahead.rows);
-        LaneOps::pv(s.o(0), s.alpha(), s.st(), LaneOps::stage_for_pv(s.stage(), p.v, b, h_kv, k0, cols, d), cols, d);
+        if constexpr (kLanesUsed)
+          LaneOps::pv(s.o(0), s.alpha(), s.st(), LaneOps::stage_for_pv(s.stage(), p.v, b, h_kv, k0, cols, d), cols,
+                      d);
       } else {
         if constexpr (kBf16Dot) Bf16Dot::pack_p(s.st(), s.pp(), cols);
         with_rows(s, p.v, b, h_kv, k0, cols, d,
