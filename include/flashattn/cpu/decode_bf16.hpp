@@ -34,7 +34,6 @@ struct DecodeBf16Dot {
   using Reg = __m512;
   using Operand = __m512bh;
   using QElem = std::uint16_t;  // Q staged as bf16 bits
-  static constexpr int kStep = 32;  // bf16 per 512-bit operand
 
   template <class E>
   static Operand load_k(const E* p) {
