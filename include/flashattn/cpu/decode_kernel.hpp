@@ -104,8 +104,8 @@ class DecodeKernel {
   // The lane layout: the prefill kernel's tile operations with kRows lanes (tile_ops*.hpp), query rows in
   // vector lanes (or tile columns), K and V staged as the prefill kernel stages them, Oᵀ as (d, kRows).
   // Programs of bf16 on the AMX tile unit run it: the tile unit's cost does not depend on how many of its
-  // 16 rows are used. On vector units the dim layout stays the faster one even at 16 rows (Zen 4, 16 rows:
-  // fp32 1.08 ×, but bf16 0.86 × and fp16 0.94 × the dim layout's rate; docs/inference.md), so there only
+  // 16 rows are used. On vector units the dim layout stays the faster one even at 16 rows for bf16 and fp16
+  // (fp32 gains a few percent; docs/inference.md has the measurement), so there only
   // FLASHATTN_DECODE_LANE_ROWS=n (programs of n rows or more) selects it: for measuring, and for
   // test_decode_amx, which runs every program in it.
   using LaneOps = TileOps<T, kRows, BlockKV, HeadDim, isa>;
