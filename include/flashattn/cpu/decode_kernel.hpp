@@ -17,13 +17,14 @@
 //
 // K and V rows are read in place, 16-bit ones widened as they are loaded, when their dim stride is 1 and
 // d a whole number of packets; else each tile is converted into a padded Acc buffer first. bf16 queries
-// with bf16 K/V on AVX512_BF16 multiply bf16 pairs instead (decode_bf16.hpp): K/V in place or staged as
-// bf16, never widened.
+// with bf16 K/V on AVX512_BF16 without AMX multiply bf16 pairs instead (decode_bf16.hpp): K/V in place or
+// staged as bf16, never widened.
 //
-// On the AMX tile unit (Isa::Amx, bf16) the two products are the prefill kernel's AMX tile operations
-// with kRows lanes (tile_ops_amx.hpp), in its transposed layout (Oᵀ as (d, kRows), V staged transposed):
-// the tile unit spends no more on a program of 16 rows than on one of 4, so a step of speculative
-// decoding's few rows per head costs about what one row does.
+// On the AMX tile unit (Isa::Amx, bf16) programs of kLaneRows rows or more run the two products as the
+// prefill kernel's AMX tile operations with kRows lanes (tile_ops_amx.hpp), in its transposed layout (Oᵀ
+// as (d, kRows), V staged transposed): the tile unit spends no more on a program of 16 rows than on one
+// of 5, so a step of speculative decoding's few rows per head costs about what one row does. Fewer rows
+// (one token of a GQA group of 4) do not pay for the staging; they take the dim layout.
 //
 // The program leaves each row's unnormalised output and softmax state in a SplitKvPartials buffer; the
 // scheduler merges a row's key ranges and writes O and the LSE (forward_scheduler.hpp), so sinks and
@@ -103,24 +104,27 @@ class DecodeKernel {
   static_assert(kRows % W == 0, "kRows must be a whole number of packets");
   // The lane layout: the prefill kernel's tile operations with kRows lanes (tile_ops*.hpp), query rows in
   // vector lanes (or tile columns), K and V staged as the prefill kernel stages them, Oᵀ as (d, kRows).
-  // Programs of bf16 on the AMX tile unit run it: the tile unit's cost does not depend on how many of its
-  // 16 rows are used. On vector units the dim layout stays the faster one even at 16 rows for bf16 and fp16
-  // (fp32 gains a few percent; docs/inference.md has the measurement), so there only
-  // FLASHATTN_DECODE_LANE_ROWS=n (programs of n rows or more) selects it: for measuring, and for
+  // Programs of kLaneRows rows or more run it. On the AMX tile unit that is 5 rows: the tile unit's cost
+  // does not depend on how many of its 16 rows are used, but staging K and V for it costs more than the
+  // dim layout's vector work on 4 rows, and less than on 6 (docs/inference.md has the measurements). On vector units the dim
+  // layout stays the faster one even at 16 rows for bf16 and fp16 (fp32 gains a few percent), so there
+  // the lane layout is off. FLASHATTN_DECODE_LANE_ROWS=n sets the threshold: for measuring, and for
   // test_decode_amx, which runs every program in it.
   using LaneOps = TileOps<T, kRows, BlockKV, HeadDim, isa>;
   static constexpr bool kAmxTiles = is_bf16<T> && isa == Isa::Amx && kHasAmx;
 #if defined(FLASHATTN_DECODE_LANE_ROWS)
   static constexpr int kLaneRows = FLASHATTN_DECODE_LANE_ROWS;
 #else
-  static constexpr int kLaneRows = kRows + 1;
+  static constexpr int kLaneRows = kAmxTiles ? 5 : kRows + 1;
 #endif
   // Whether any program can run in the lane layout (else LaneOps is never instantiated, nor its buffers
   // allocated), and whether a program of `rows` rows does.
-  static constexpr bool kLanesUsed = kAmxTiles || kLaneRows <= kRows;
-  static bool lane_layout(int rows) { return kAmxTiles || (kLanesUsed && rows >= kLaneRows); }
-  // The dim layout's bf16 pairs where vdpbf16ps is compiled in (decode_bf16.hpp).
-  static constexpr bool kBf16Dot = is_bf16<T> && (isa == Isa::Avx512Bf16 || isa == Isa::Amx) && kHasAvx512Bf16;
+  static constexpr bool kLanesUsed = kLaneRows <= kRows;
+  static bool lane_layout(int rows) { return kLanesUsed && rows >= kLaneRows; }
+  // The dim layout's bf16 pairs where vdpbf16ps is compiled in and AMX is not (decode_bf16.hpp). On the
+  // Xeon that has AMX, vdpbf16ps takes the FMA ports for twice as long, which makes the pairs slower than
+  // widening bf16 to fp32 as it is loaded (a shift); on Zen 4 they are faster.
+  static constexpr bool kBf16Dot = is_bf16<T> && isa == Isa::Avx512Bf16 && kHasAvx512Bf16;
   using Bf16Dot = detail::DecodeBf16Dot<T>;
   // What a worker's thread holds while it runs programs (the AMX tile configuration), else nothing; a
   // worker's Scratch holds it.
@@ -152,12 +156,12 @@ class DecodeKernel {
         : dp_(padded(d)),
           q_(std::size_t(kRows) * dp_),
           o_(std::size_t(kRows) * dp_),
-          kv_(kAmxTiles ? 0 : std::size_t(BlockKV) * dp_),
+          kv_(std::size_t(BlockKV) * dp_),
           st_(std::size_t(BlockKV) * kRows),
           alpha_(kRows),
-          q16_(kBf16Dot && !kAmxTiles ? std::size_t(kRows) * dp_ : 0),
-          kv16_(kBf16Dot && !kAmxTiles ? std::size_t(BlockKV + 1) * dp_ : 0),
-          pp_(kBf16Dot && !kAmxTiles ? std::size_t(BlockKV / 2) * kRows : 0),
+          q16_(kBf16Dot ? std::size_t(kRows) * dp_ : 0),
+          kv16_(kBf16Dot ? std::size_t(BlockKV + 1) * dp_ : 0),
+          pp_(kBf16Dot ? std::size_t(BlockKV / 2) * kRows : 0),
           q_rows_(kLanesUsed ? std::size_t(kRows) * d : 0),
           row_buf_(kLanesUsed ? std::size_t(d) : 0),
           qt_(lane_elems(d)),
