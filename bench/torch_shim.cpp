@@ -30,7 +30,33 @@ void forward(void* q, void* k, void* v, void* o, const std::int64_t* shape, cons
                                view<const T>(v, shape, strides + 8), view<T>(o, shape, strides + 12), opts);
 }
 
+// Decoding: q and o (B, H, Sq, D), k and v (B, Hk, Sk, D), each with its own shape (GQA: H a multiple of Hk).
+template <class T>
+void decode(void* q, void* k, void* v, void* o, const std::int64_t* q_shape, const std::int64_t* kv_shape,
+            const std::int64_t* strides, int threads) {
+  const flashattn::cpu::Context<> ctx{threads};
+  flashattn::attention_forward(ctx, view<const T>(q, q_shape, strides), view<const T>(k, kv_shape, strides + 4),
+                               view<const T>(v, kv_shape, strides + 8), view<T>(o, q_shape, strides + 12));
+}
+
 }  // namespace
+
+// Decoding (bench/compare_torch_decode.py): shapes of q/o and of k/v apart. Returns as flashattn_shim_forward.
+extern "C" __attribute__((visibility("default"))) int flashattn_shim_decode(void* q, void* k, void* v, void* o, int dtype,
+                                                                           const std::int64_t* q_shape,
+                                                                           const std::int64_t* kv_shape,
+                                                                           const std::int64_t* strides, int threads) {
+  try {
+    if (dtype == 0) decode<float>(q, k, v, o, q_shape, kv_shape, strides, threads);
+    else if (dtype == 1) decode<Eigen::bfloat16>(q, k, v, o, q_shape, kv_shape, strides, threads);
+    else if (dtype == 2) decode<Eigen::half>(q, k, v, o, q_shape, kv_shape, strides, threads);
+    else return -1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "flashattn_shim_decode: %s\n", e.what());
+    return -1;
+  }
+  return 0;
+}
 
 // dtype: 0 fp32, 1 bf16, 2 fp16. Returns 0, or -1 after printing the exception's message.
 extern "C" __attribute__((visibility("default"))) int flashattn_shim_forward(void* q, void* k, void* v, void* o, int dtype, const std::int64_t* shape,
