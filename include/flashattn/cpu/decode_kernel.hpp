@@ -106,10 +106,10 @@ class DecodeKernel {
   // vector lanes (or tile columns), K and V staged as the prefill kernel stages them, Oᵀ as (d, kRows).
   // Programs of kLaneRows rows or more run it. On the AMX tile unit that is 5 rows: the tile unit's cost
   // does not depend on how many of its 16 rows are used, but staging K and V for it costs more than the
-  // dim layout's vector work on 4 rows, and less than on 6 (docs/inference.md has the measurements). On vector units the dim
-  // layout stays the faster one even at 16 rows for bf16 and fp16 (fp32 gains a few percent), so there
-  // the lane layout is off. FLASHATTN_DECODE_LANE_ROWS=n sets the threshold: for measuring, and for
-  // test_decode_amx, which runs every program in it.
+  // dim layout's vector work on 4 rows, and less than on 6 (docs/inference.md has the measurements). On
+  // vector units the dim layout stays the faster one even at 16 rows for bf16 and fp16 (fp32 gains a few
+  // percent), so there the lane layout is off. FLASHATTN_DECODE_LANE_ROWS=n sets the threshold: for
+  // measuring, and for test_decode_amx, which runs every program in it.
   using LaneOps = TileOps<T, kRows, BlockKV, HeadDim, isa>;
   static constexpr bool kAmxTiles = is_bf16<T> && isa == Isa::Amx && kHasAmx;
 #if defined(FLASHATTN_DECODE_LANE_ROWS)
