@@ -19,56 +19,45 @@ flashattn::TensorView<T> view(void* data, const std::int64_t* shape, const std::
   return {static_cast<T*>(data), shape[0], shape[2], shape[1], shape[3], st[0], st[2], st[1], st[3]};
 }
 
+// q and o with shape q_shape (B, H, Sq, D), k and v with kv_shape (B, Hk, Sk, D): equal in prefill, apart
+// in decoding (GQA: H a multiple of Hk). strides: 4 per tensor, in the order q, k, v, o.
 template <class T>
-void forward(void* q, void* k, void* v, void* o, const std::int64_t* shape, const std::int64_t* strides,
-             bool causal, int threads) {
+void forward(void* q, void* k, void* v, void* o, const std::int64_t* q_shape, const std::int64_t* kv_shape,
+             const std::int64_t* strides, bool causal, int threads) {
   flashattn::AttentionOptions opts;
   opts.causal = causal;
   const flashattn::cpu::Context<> ctx{threads};
-  // strides: 4 per tensor, in the order q, k, v, o.
-  flashattn::attention_forward(ctx, view<const T>(q, shape, strides), view<const T>(k, shape, strides + 4),
-                               view<const T>(v, shape, strides + 8), view<T>(o, shape, strides + 12), opts);
+  flashattn::attention_forward(ctx, view<const T>(q, q_shape, strides), view<const T>(k, kv_shape, strides + 4),
+                               view<const T>(v, kv_shape, strides + 8), view<T>(o, q_shape, strides + 12), opts);
 }
 
-// Decoding: q and o (B, H, Sq, D), k and v (B, Hk, Sk, D), each with its own shape (GQA: H a multiple of Hk).
-template <class T>
-void decode(void* q, void* k, void* v, void* o, const std::int64_t* q_shape, const std::int64_t* kv_shape,
-            const std::int64_t* strides, int threads) {
-  const flashattn::cpu::Context<> ctx{threads};
-  flashattn::attention_forward(ctx, view<const T>(q, q_shape, strides), view<const T>(k, kv_shape, strides + 4),
-                               view<const T>(v, kv_shape, strides + 8), view<T>(o, q_shape, strides + 12));
+// forward<T> for dtype 0 (fp32), 1 (bf16) or 2 (fp16): 0, or -1 after printing an exception's message.
+int forward_of_dtype(const char* entry, int dtype, void* q, void* k, void* v, void* o, const std::int64_t* q_shape,
+                     const std::int64_t* kv_shape, const std::int64_t* strides, bool causal, int threads) {
+  try {
+    if (dtype == 0) forward<float>(q, k, v, o, q_shape, kv_shape, strides, causal, threads);
+    else if (dtype == 1) forward<Eigen::bfloat16>(q, k, v, o, q_shape, kv_shape, strides, causal, threads);
+    else if (dtype == 2) forward<Eigen::half>(q, k, v, o, q_shape, kv_shape, strides, causal, threads);
+    else return -1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", entry, e.what());
+    return -1;
+  }
+  return 0;
 }
 
 }  // namespace
 
-// Decoding (bench/compare_torch_decode.py): shapes of q/o and of k/v apart. Returns as flashattn_shim_forward.
+// dtype: 0 fp32, 1 bf16, 2 fp16. Returns 0, or -1 after printing the exception's message.
+extern "C" __attribute__((visibility("default"))) int flashattn_shim_forward(void* q, void* k, void* v, void* o, int dtype, const std::int64_t* shape,
+                                      const std::int64_t* strides, int causal, int threads) {
+  return forward_of_dtype("flashattn_shim_forward", dtype, q, k, v, o, shape, shape, strides, causal != 0, threads);
+}
+
+// Decoding (bench/compare_torch_decode.py): the shapes of q/o and of k/v apart, no mask.
 extern "C" __attribute__((visibility("default"))) int flashattn_shim_decode(void* q, void* k, void* v, void* o, int dtype,
                                                                            const std::int64_t* q_shape,
                                                                            const std::int64_t* kv_shape,
                                                                            const std::int64_t* strides, int threads) {
-  try {
-    if (dtype == 0) decode<float>(q, k, v, o, q_shape, kv_shape, strides, threads);
-    else if (dtype == 1) decode<Eigen::bfloat16>(q, k, v, o, q_shape, kv_shape, strides, threads);
-    else if (dtype == 2) decode<Eigen::half>(q, k, v, o, q_shape, kv_shape, strides, threads);
-    else return -1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "flashattn_shim_decode: %s\n", e.what());
-    return -1;
-  }
-  return 0;
-}
-
-// dtype: 0 fp32, 1 bf16, 2 fp16. Returns 0, or -1 after printing the exception's message.
-extern "C" __attribute__((visibility("default"))) int flashattn_shim_forward(void* q, void* k, void* v, void* o, int dtype, const std::int64_t* shape,
-                                      const std::int64_t* strides, int causal, int threads) {
-  try {
-    if (dtype == 0) forward<float>(q, k, v, o, shape, strides, causal != 0, threads);
-    else if (dtype == 1) forward<Eigen::bfloat16>(q, k, v, o, shape, strides, causal != 0, threads);
-    else if (dtype == 2) forward<Eigen::half>(q, k, v, o, shape, strides, causal != 0, threads);
-    else return -1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "flashattn_shim_forward: %s\n", e.what());
-    return -1;
-  }
-  return 0;
+  return forward_of_dtype("flashattn_shim_decode", dtype, q, k, v, o, q_shape, kv_shape, strides, false, threads);
 }
