@@ -417,7 +417,15 @@ class DecodeKernel {
     static Reg load_k(const E* p) {
       return load_kv(p);
     }
-    static Reg load_q(const Acc* p) { return V::load(p); }
+    // A Q packet is used by kKeyBlock FMAs: held in a register, not folded by the compiler into each
+    // FMA's memory operand (GCC does, which makes the loop's loads, not its FMAs, the limit on Zen 5).
+    static Reg load_q(const Acc* p) {
+      Reg r = V::load(p);
+#if defined(__GNUC__) && defined(__AVX512F__)
+      if constexpr (is_avx512(isa)) __asm__("" : "+v"(r));
+#endif
+      return r;
+    }
     static Reg madd(Reg acc, Reg q, Reg k) { return V::fma(q, k, acc); }
   };
   using Step = std::conditional_t<kBf16Dot, Bf16Dot, FmaStep>;
@@ -430,19 +438,22 @@ class DecodeKernel {
   }
 
   // Sᵀ[j][r] = q_r · k_j for rows r < rows and keys j < cols. Blocks at the edges repeat their last row
-  // or key (computed, not stored), so that every block has the same compile-time shape.
+  // or key (computed, not stored), so that every block has the same compile-time shape. Row blocks are the
+  // outer loop: a block's Q pointers are set up once, and a GQA group of 4 (one row block) walks the keys
+  // with nothing but K pointers to advance; the tile's K rows, re-read by further row blocks, are in L1.
   template <class KRows>
   static void qk(Acc* st, Scratch& s, int rows, const KRows& k, int cols, const Ahead& ahead) {
     using E = std::remove_cv_t<std::remove_pointer_t<decltype(k[0])>>;
     using QElem = std::remove_cv_t<std::remove_pointer_t<decltype(staged_q(s, 0))>>;
     const int dp = s.dp();
-    for (int j0 = 0; j0 < cols; j0 += kKeyBlock) {
-      ahead.issue(j0, j0 + kKeyBlock);
-      const E* kr[kKeyBlock];
-      for (int jj = 0; jj < kKeyBlock; ++jj) kr[jj] = k[std::min(j0 + jj, cols - 1)];
-      for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
-        const QElem* qr[kRowBlock];
-        for (int rr = 0; rr < kRowBlock; ++rr) qr[rr] = staged_q(s, std::min(r0 + rr, rows - 1));
+    for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
+      const QElem* qr[kRowBlock];
+      for (int rr = 0; rr < kRowBlock; ++rr) qr[rr] = staged_q(s, std::min(r0 + rr, rows - 1));
+      const int nr = std::min(kRowBlock, rows - r0);
+      for (int j0 = 0; j0 < cols; j0 += kKeyBlock) {
+        if (r0 == 0) ahead.issue(j0, j0 + kKeyBlock);  // paced with the pass that reads K from memory
+        const E* kr[kKeyBlock];
+        for (int jj = 0; jj < kKeyBlock; ++jj) kr[jj] = k[std::min(j0 + jj, cols - 1)];
         Reg acc[kRowBlock][kKeyBlock];
         FLASHATTN_UNROLL
         for (int rr = 0; rr < kRowBlock; ++rr)
@@ -459,36 +470,27 @@ class DecodeKernel {
             for (int jj = 0; jj < kKeyBlock; ++jj) acc[rr][jj] = Step::madd(acc[rr][jj], qv, kv[jj]);
           }
         }
-        alignas(64) Acc sums[kRowBlock * kKeyBlock];  // [jj * kRowBlock + rr]
-        sum_lanes(acc, sums);
-        const int nr = std::min(kRowBlock, rows - r0), nj = std::min(kKeyBlock, cols - j0);
-        for (int jj = 0; jj < nj; ++jj)
-          for (int rr = 0; rr < nr; ++rr) st[(j0 + jj) * kRows + r0 + rr] = sums[jj * kRowBlock + rr];
+        store_sums(acc, st + j0 * kRows + r0, nr, std::min(kKeyBlock, cols - j0));
       }
     }
   }
 
-  // sums[jj · kRowBlock + rr] = the sum of acc[rr][jj]'s lanes. Every loop over acc is unrolled: an index
-  // that is not a compile-time constant would keep the whole block in memory instead of registers. On
-  // AVX-512 fp32 one tree reduces all 16 at once (45 instructions instead of 16 reductions of 8 each): at
-  // each level, two registers' halves are added into one register that holds both; the inputs enter in
-  // the order pi (an involution), which makes lane L of the result the sum of accumulator L.
-  static void sum_lanes(const Reg (&acc)[kRowBlock][kKeyBlock], Acc* sums) {
+  // out[jj · kRows + rr] = the sum of acc[rr][jj]'s lanes, for rr < nr and jj < nj.
+  static void store_sums(const Reg (&acc)[kRowBlock][kKeyBlock], Acc* out, int nr, int nj) {
 #if defined(__AVX512F__)
     if constexpr (std::is_same_v<Acc, float> && is_avx512(isa) && kRowBlock * kKeyBlock == 16) {
-      constexpr int pi[16] = {0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15};
-      const auto at = [&](int i) { return acc[pi[i] % kRowBlock][pi[i] / kRowBlock]; };
-      __m512 y[8], z[4], w[2];
-      FLASHATTN_UNROLL
-      for (int i = 0; i < 8; ++i)  // 256-bit halves
-        y[i] = _mm512_add_ps(_mm512_shuffle_f32x4(at(i), at(i + 8), 0x44), _mm512_shuffle_f32x4(at(i), at(i + 8), 0xEE));
-      FLASHATTN_UNROLL
-      for (int i = 0; i < 4; ++i)  // 128-bit quarters
-        z[i] = _mm512_add_ps(_mm512_shuffle_f32x4(y[i], y[i + 4], 0x88), _mm512_shuffle_f32x4(y[i], y[i + 4], 0xDD));
-      FLASHATTN_UNROLL
-      for (int i = 0; i < 2; ++i)  // pairs within quarters
-        w[i] = _mm512_add_ps(_mm512_shuffle_ps(z[i], z[i + 2], 0x44), _mm512_shuffle_ps(z[i], z[i + 2], 0xEE));
-      _mm512_store_ps(sums, _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD)));
+      const __m512 sums = sum_lanes_512(acc);  // lane jj · kRowBlock + rr
+      if (nr == kRowBlock && nj == kKeyBlock) {  // whole block: four quarters, one per key
+        _mm_storeu_ps(out, _mm512_extractf32x4_ps(sums, 0));
+        _mm_storeu_ps(out + kRows, _mm512_extractf32x4_ps(sums, 1));
+        _mm_storeu_ps(out + 2 * kRows, _mm512_extractf32x4_ps(sums, 2));
+        _mm_storeu_ps(out + 3 * kRows, _mm512_extractf32x4_ps(sums, 3));
+        return;
+      }
+      alignas(64) Acc lanes[16];
+      _mm512_store_ps(lanes, sums);
+      for (int jj = 0; jj < nj; ++jj)
+        for (int rr = 0; rr < nr; ++rr) out[jj * kRows + rr] = lanes[jj * kRowBlock + rr];
       return;
     }
 #endif
@@ -500,9 +502,33 @@ class DecodeKernel {
         V::store(lanes, acc[rr][jj]);
         Acc sum = Acc(0);
         for (int i = 0; i < W; ++i) sum += lanes[i];
-        sums[jj * kRowBlock + rr] = sum;
+        if (rr < nr && jj < nj) out[jj * kRows + rr] = sum;
       }
   }
+
+#if defined(__AVX512F__)
+  // The 16 accumulators' lane sums as one register, lane jj · kRowBlock + rr holding acc[rr][jj]'s (fp32
+  // on AVX-512). Every loop over acc is unrolled: an index that is not a compile-time constant would keep
+  // the whole block in memory instead of registers. One tree reduces all 16 at once (45 instructions
+  // instead of 16 reductions of 8 each): at each level, two registers' halves are added into one register
+  // that holds both; the inputs enter in the order pi (an involution), which makes lane L of the result
+  // the sum of accumulator L.
+  static __m512 sum_lanes_512(const Reg (&acc)[kRowBlock][kKeyBlock]) {
+    constexpr int pi[16] = {0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15};
+    const auto at = [&](int i) { return acc[pi[i] % kRowBlock][pi[i] / kRowBlock]; };
+    __m512 y[8], z[4], w[2];
+    FLASHATTN_UNROLL
+    for (int i = 0; i < 8; ++i)  // 256-bit halves
+      y[i] = _mm512_add_ps(_mm512_shuffle_f32x4(at(i), at(i + 8), 0x44), _mm512_shuffle_f32x4(at(i), at(i + 8), 0xEE));
+    FLASHATTN_UNROLL
+    for (int i = 0; i < 4; ++i)  // 128-bit quarters
+      z[i] = _mm512_add_ps(_mm512_shuffle_f32x4(y[i], y[i + 4], 0x88), _mm512_shuffle_f32x4(y[i], y[i + 4], 0xDD));
+    FLASHATTN_UNROLL
+    for (int i = 0; i < 2; ++i)  // pairs within quarters
+      w[i] = _mm512_add_ps(_mm512_shuffle_ps(z[i], z[i + 2], 0x44), _mm512_shuffle_ps(z[i], z[i + 2], 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD));
+  }
+#endif
 
   // Rows [r0, r0 + n) of Sᵀ (one head's queries 0..n) for a tile of kind `kind`: an Empty tile's scores are
   // all −inf, a Partial one's where the policy drops them; a score modifier is applied to the rest.
@@ -524,7 +550,9 @@ class DecodeKernel {
   }
 
   // O rows r < rows: O[r] = alpha[r] · O[r] + Σ_j Pᵀ[j][r] · V[j], in blocks of kRowBlock rows × kPackets
-  // packets (then single packets for the rest of the head dim), rows at the edge repeated as in qk.
+  // packets (then single packets for the rest of the head dim), rows at the edge repeated as in qk. Each
+  // block is a pass over the tile's keys; `ahead`'s rows are issued in the first, which reads V from
+  // memory, one per key: paced as the data is consumed, so that each row is asked for a tile ahead.
   template <class VRows>
   static void pv(Scratch& s, int rows, const Acc* alpha, const Acc* pt, const VRows& v, int cols,
                  const Ahead& ahead) {
