@@ -63,6 +63,7 @@ void attention_backward_masked(const Context& ctx, detail::nondeduced<TensorView
     detail::reject_window_with_policy("score_mod(BandMask::causal(seq_q, seq_k), fn, grad_fn)");
   const BackwardParams<T> p = make_backward_params<T>(q, k, v, o, d_o, lse, dq, dk, dv, options);
   validate_context(ctx, p.q.dim);
+  check_policy_lengths(mask, q.seq, k.seq);
   if (p.q.batch == 0) return;
   dispatch_backward(ctx, p, mask);
 }

@@ -7,6 +7,7 @@
 
 #include "flashattn/backward.hpp"
 #include "flashattn/combine.hpp"
+#include "flashattn/core/block_mask.hpp"
 #include "flashattn/core/errors.hpp"
 #include "flashattn/core/masks.hpp"
 #include "flashattn/core/options.hpp"

@@ -99,6 +99,7 @@ void attention_forward_masked(const Context& ctx, detail::nondeduced<TensorView<
   if (options.has_window()) detail::reject_window_with_policy("score_mod(BandMask::causal(seq_q, seq_k), fn)");
   const ForwardParams<T> p = make_forward_params<T>(q, k, v, o, lse, options);
   validate_context(ctx, p.head_dim());
+  check_policy_lengths(mask, q.seq, k.seq);
   if (p.batch() == 0 || p.q.seq == 0) return;
   dispatch_forward(ctx, p, mask, acct);
 }

@@ -13,9 +13,11 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
 #include <type_traits>
 #include <utility>
 
+#include "flashattn/core/errors.hpp"
 #include "flashattn/core/options.hpp"
 #include "flashattn/core/sequence.hpp"
 #include "flashattn/core/views.hpp"
@@ -112,6 +114,28 @@ template <class Mask>
 struct has_key_range<Mask, std::void_t<decltype(std::declval<const Mask&>().lowest_key(index_t{})),
                                        decltype(std::declval<const Mask&>().highest_key(index_t{}))>>
     : std::true_type {};
+
+// Whether a policy was built for one (seq_q, seq_k) grid and says so (mask_seq_q(), mask_seq_k()), as a
+// BlockMask's map is: the entry points then check it against the call's lengths (check_policy_lengths).
+template <class Mask, class = void>
+struct has_mask_lengths : std::false_type {};
+template <class Mask>
+struct has_mask_lengths<Mask, std::void_t<decltype(std::declval<const Mask&>().mask_seq_q()),
+                                          decltype(std::declval<const Mask&>().mask_seq_k())>> : std::true_type {};
+
+// The entry points' check of such a policy: its grid must be the call's, or its answers would describe
+// other rows and keys (and a map would be read out of bounds).
+template <class Mask>
+void check_policy_lengths(const Mask& mask, index_t seq_q, index_t seq_k) {
+  if constexpr (has_mask_lengths<Mask>::value) {
+    if (mask.mask_seq_q() != seq_q || mask.mask_seq_k() != seq_k)
+      throw InvalidArgument("mask policy: built for seq_q=" + std::to_string(mask.mask_seq_q()) +
+                            " seq_k=" + std::to_string(mask.mask_seq_k()) + ", but the call has seq_q=" +
+                            std::to_string(seq_q) + " seq_k=" + std::to_string(seq_k));
+  } else {
+    (void)mask, (void)seq_q, (void)seq_k;
+  }
+}
 
 // A user-written element mask: `keep(i, j)` from any callable. Every tile is Partial, so the callable is
 // asked for every score; write a full policy (kv_begin/kv_end/tile) when the structure lets tiles be
