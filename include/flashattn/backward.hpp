@@ -64,6 +64,7 @@ void attention_backward_masked(const Context& ctx, detail::nondeduced<TensorView
   const BackwardParams<T> p = make_backward_params<T>(q, k, v, o, d_o, lse, dq, dk, dv, options);
   validate_context(ctx, p.q.dim);
   check_policy_lengths(mask, q.seq, k.seq);
+  check_policy_heads(mask, q.heads);
   if (p.q.batch == 0) return;
   dispatch_backward(ctx, p, mask);
 }

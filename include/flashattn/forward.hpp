@@ -100,6 +100,7 @@ void attention_forward_masked(const Context& ctx, detail::nondeduced<TensorView<
   const ForwardParams<T> p = make_forward_params<T>(q, k, v, o, lse, options);
   validate_context(ctx, p.head_dim());
   check_policy_lengths(mask, q.seq, k.seq);
+  check_policy_heads(mask, q.heads);
   if (p.batch() == 0 || p.q.seq == 0) return;
   dispatch_forward(ctx, p, mask, acct);
 }

@@ -137,6 +137,24 @@ void check_policy_lengths(const Mask& mask, index_t seq_q, index_t seq_k) {
   }
 }
 
+// Whether a policy holds one parameter per query head (ALiBi slopes, sinks) and says for how many heads
+// (policy_heads()): the entry points check it against q's heads.
+template <class Mask, class = void>
+struct has_policy_heads : std::false_type {};
+template <class Mask>
+struct has_policy_heads<Mask, std::void_t<decltype(std::declval<const Mask&>().policy_heads())>> : std::true_type {};
+
+template <class Mask>
+void check_policy_heads(const Mask& mask, index_t heads) {
+  if constexpr (has_policy_heads<Mask>::value) {
+    if (mask.policy_heads() != heads)
+      throw InvalidArgument("mask policy: has per-head parameters for " + std::to_string(mask.policy_heads()) +
+                            " heads, but q has heads=" + std::to_string(heads));
+  } else {
+    (void)mask, (void)heads;
+  }
+}
+
 // A user-written element mask: `keep(i, j)` from any callable. Every tile is Partial, so the callable is
 // asked for every score; write a full policy (kv_begin/kv_end/tile) when the structure lets tiles be
 // skipped.

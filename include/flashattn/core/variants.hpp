@@ -8,6 +8,10 @@
 //   template <class S> S score_grad(i, j, S s) const; d score / ds at s: required by the backward for a
 //                                                     score-changing policy (a gradient silently computed as
 //                                                     if score() were the identity would be wrong)
+//   static constexpr bool lane_scores = true;         score() (and score_grad(), lane_score_grads) may be
+//   static constexpr bool lane_score_grads = true;    called with Lanes (core/lanes.hpp): one of i, j a row of
+//                                                     positions, s a packet; written generically with
+//                                                     score_math.hpp's functions, it then runs as vector code
 //   float sink_logit() const;                         the softmax state's initial value: an extra logit in
 //                                                     every row's denominator that attends no value
 //                                                     (attention sinks); the LSE includes it
@@ -21,7 +25,9 @@
 #include <type_traits>
 #include <utility>
 
+#include "flashattn/core/lanes.hpp"
 #include "flashattn/core/masks.hpp"
+#include "flashattn/core/score_math.hpp"
 #include "flashattn/core/sequence.hpp"
 #include "flashattn/core/views.hpp"
 
@@ -40,6 +46,16 @@ template <class P>
 struct has_score_grad<P, std::void_t<decltype(std::declval<const P&>().score_grad(index_t{}, index_t{}, 0.0f)),
                                      decltype(std::declval<const P&>().score_grad(index_t{}, index_t{}, 0.0))>>
     : std::true_type {};
+
+template <class P, class = void>
+struct declares_lane_scores : std::false_type {};
+template <class P>
+struct declares_lane_scores<P, std::void_t<decltype(P::lane_scores)>> : std::bool_constant<bool(P::lane_scores)> {};
+template <class P, class = void>
+struct declares_lane_score_grads : std::false_type {};
+template <class P>
+struct declares_lane_score_grads<P, std::void_t<decltype(P::lane_score_grads)>>
+    : std::bool_constant<bool(P::lane_score_grads)> {};
 
 template <class P, class = void>
 struct has_sink_logit : std::false_type {};
@@ -69,6 +85,11 @@ struct has_for_head<P, std::void_t<decltype(std::declval<const P&>().for_head(in
 // Whether the policy changes kept scores (calls to score() are made only then).
 template <class P>
 inline constexpr bool modifies_scores_v = detail::declares_modifies_scores<P>::value;
+// Whether score() / score_grad() may be called on Lanes (a backend then evaluates them a packet at a time).
+template <class P>
+inline constexpr bool lane_scores_v = modifies_scores_v<P> && detail::declares_lane_scores<P>::value;
+template <class P>
+inline constexpr bool lane_score_grads_v = lane_scores_v<P> && detail::declares_lane_score_grads<P>::value;
 // Whether the policy adds a sink logit to every row's softmax.
 template <class P>
 inline constexpr bool has_sink_v = detail::has_sink_logit<P>::value;
@@ -93,12 +114,36 @@ FLASHATTN_HOST_DEVICE auto policy_for(const P& policy, const SequenceInfo& seq) 
   }
 }
 
+// A functor marked as generic over lanes (vectorized(fn)): it is a template in i, j and s, uses only
+// arithmetic, comparisons with flashattn::select, and score_math.hpp's functions, so that a backend may call
+// it with Lanes. Calling it on scalars is calling fn.
+template <class Fn>
+struct Vectorized {
+  Fn fn;
+  template <class I, class J, class S>
+  FLASHATTN_HOST_DEVICE auto operator()(I i, J j, S s) const {
+    return fn(i, j, s);
+  }
+};
+template <class Fn>
+Vectorized<Fn> vectorized(Fn fn) {
+  return {std::move(fn)};
+}
+
+namespace detail {
+template <class Fn>
+struct is_vectorized : std::false_type {};
+template <class Fn>
+struct is_vectorized<Vectorized<Fn>> : std::true_type {};
+}  // namespace detail
+
 // A user-written score modifier: score(i, j, s) -> s' applied to every scaled score (s = scale·q·k)
 // before the softmax, e.g. ALiBi (s - slope·|i - j|), soft-capping (c·tanh(s/c)) or an additive bias.
 // Composes with a mask policy `Base` (NoMask, BandMask, ...), whose tile structure it keeps.
 template <class ScoreFn, class Base = NoMask>
 struct ScoreMod {
   static constexpr bool modifies_scores = true;
+  static constexpr bool lane_scores = detail::is_vectorized<ScoreFn>::value;
   Base base;
   ScoreFn score_fn;
 
@@ -108,8 +153,11 @@ struct ScoreMod {
     return base.tile(q0, q1, k0, k1);
   }
   FLASHATTN_HOST_DEVICE bool keep(index_t i, index_t j) const { return base.keep(i, j); }
-  template <class S>
-  FLASHATTN_HOST_DEVICE S score(index_t i, index_t j, S s) const { return score_fn(i, j, s); }
+  // I, J: index_t, or (for a vectorized functor) one of them lanes of positions.
+  template <class I, class J, class S>
+  FLASHATTN_HOST_DEVICE S score(I i, J j, S s) const {
+    return S(score_fn(i, j, s));
+  }
 };
 
 template <class ScoreFn, class Base>
@@ -121,11 +169,12 @@ ScoreMod<ScoreFn, Base> score_mod(Base base, ScoreFn fn) {
 // the backward. ALiBi and additive biases have derivative 1; soft-capping c·tanh(s/c) has 1 - tanh²(s/c).
 template <class ScoreFn, class GradFn, class Base = NoMask>
 struct ScoreModWithGrad : ScoreMod<ScoreFn, Base> {
+  static constexpr bool lane_score_grads = detail::is_vectorized<GradFn>::value;
   GradFn grad_fn;
 
-  template <class S>
-  FLASHATTN_HOST_DEVICE S score_grad(index_t i, index_t j, S s) const {
-    return grad_fn(i, j, s);
+  template <class I, class J, class S>
+  FLASHATTN_HOST_DEVICE S score_grad(I i, J j, S s) const {
+    return S(grad_fn(i, j, s));
   }
 };
 

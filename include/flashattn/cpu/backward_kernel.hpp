@@ -392,6 +392,11 @@ class BackwardKernel {
     static int lanes_used(const TileSpan& t) { return t.rows; }
     static index_t query(const TileSpan& t, int /*row*/, int lane) { return t.q0 + lane; }
     static index_t key(const TileSpan& t, int row, int /*lane*/) { return t.k0 + row; }
+    // The same for a packet of lanes from `lane` on: the queries a row of positions, the key one index.
+    template <class I>
+    static I query_at(const TileSpan& t, int /*row*/, int lane) { return I::iota(t.q0 + lane); }
+    template <class I>
+    static index_t key_at(const TileSpan& t, int row, int /*lane*/) { return t.k0 + row; }
     static Reg query_stat(const Acc* stat, int /*row*/, int lane) { return V::load(stat + lane); }
     template <class Mask>
     static constexpr bool by_ranges = has_query_range<Mask>::value;
@@ -406,6 +411,10 @@ class BackwardKernel {
     static int lanes_used(const TileSpan& t) { return t.cols; }
     static index_t query(const TileSpan& t, int row, int /*lane*/) { return t.q0 + row; }
     static index_t key(const TileSpan& t, int /*row*/, int lane) { return t.k0 + lane; }
+    template <class I>
+    static index_t query_at(const TileSpan& t, int row, int /*lane*/) { return t.q0 + row; }
+    template <class I>
+    static I key_at(const TileSpan& t, int /*row*/, int lane) { return I::iota(t.k0 + lane); }
     static Reg query_stat(const Acc* stat, int row, int /*lane*/) { return V::set1(stat[row]); }
     template <class Mask>
     static constexpr bool by_ranges = has_key_range<Mask>::value;
@@ -445,6 +454,10 @@ class BackwardKernel {
   template <class Layout, class Mask>
   static void mask_tile(Acc* s, Acc* g, const Mask& mask, Acc scale, const TileSpan& t) {
     const int lanes = Layout::lanes_used(t);
+    if constexpr (lane_scores_v<Mask>) {
+      mask_tile_by_lanes<Layout>(s, g, mask, scale, t, lanes);
+      return;
+    }
     for (int r = 0; r < Layout::tile_rows(t); ++r) {
       Acc* s_row = s + r * Layout::Lanes;
       if constexpr (Layout::template by_ranges<Mask> && !modifies_scores_v<Mask>) {
@@ -459,6 +472,40 @@ class BackwardKernel {
         }
       }
       if constexpr (std::is_same_v<Layout, KeyLanes>) std::fill(s_row + lanes, s_row + Layout::Lanes, -kInf);
+    }
+  }
+
+  // mask_tile for a score modifier written for lanes (core/lanes.hpp): the modifier and its derivative a
+  // packet of the layout's lanes at a time, then the mask. Lanes past the tile's used ones (padding rows or
+  // columns) are set to −inf with derivative 0, so that whatever the modifier made of them stays out.
+  template <class Layout, class Mask>
+  static void mask_tile_by_lanes(Acc* s, Acc* g, const Mask& mask, Acc scale, const TileSpan& t, int lanes) {
+    using L = Lanes<Acc, W>;
+    using I = Lanes<index_t, W>;
+    const L natural(scale);
+    for (int r = 0; r < Layout::tile_rows(t); ++r) {
+      Acc* s_row = s + r * Layout::Lanes;
+      Acc* g_row = g + r * Layout::Lanes;
+      for (int l = 0; l < lanes; l += W) {
+        const L x = L::load(s_row + l) * natural;
+        const auto i = Layout::template query_at<I>(t, r, l);
+        const auto j = Layout::template key_at<I>(t, r, l);
+        L(mask.score(i, j, x)).store(s_row + l);
+        if constexpr (lane_score_grads_v<Mask>) {
+          L(mask.score_grad(i, j, x)).store(g_row + l);
+        } else {
+          for (int u = 0; u < W; ++u)
+            g_row[l + u] = Acc(mask.score_grad(Layout::query(t, r, l + u), Layout::key(t, r, l + u), x.v[u]));
+        }
+      }
+      if (t.partial) {
+        for (int l = 0; l < lanes; ++l) {
+          const index_t i = Layout::query(t, r, l), j = Layout::key(t, r, l);
+          if (!(j >= t.lo && j < t.hi && mask.keep(i, j))) s_row[l] = -kInf, g_row[l] = Acc(0);
+        }
+      }
+      std::fill(s_row + lanes, s_row + Layout::Lanes, -kInf);
+      std::fill(g_row + lanes, g_row + Layout::Lanes, Acc(0));
     }
   }
 

@@ -40,6 +40,7 @@ class ForwardKernel {
   using Softmax = OnlineSoftmax<Acc, PanelQ, TileConfig::isa>;
   using Epilogue = ForwardEpilogue<T, Acc, PanelQ, TileConfig::isa>;
   static constexpr Acc kLog2e = Acc(1.4426950408889634074);
+  static constexpr int kLaneWidth = Simd<Acc, TileConfig::isa>::width;  // score modifiers' packets
   using StagedTile = typename Ops::StagedTile;
   using TileCache = StagedTileCache<StagedTile, typename Ops::StagedElem>;
 
@@ -184,7 +185,7 @@ class ForwardKernel {
         Ops::qk(s.st(), s.qt(g), k_tile, cols, d, prefetch_rows(p.v, b, h_kv, k0, cols, d));  // Sᵀ (cols, PanelQ)
 
         if (panel_kind == TileKind::Partial || modifies_scores_v<Mask>)
-          apply_mask(s.st(), mask, qg, int(qg1 - qg), k0, cols, Acc(p.scale));
+          apply_mask(s.st(), mask, qg, int(qg1 - qg), k0, cols, Acc(p.scale), panel_kind == TileKind::Partial);
 
         softmax[g].update(s.st(), cols, score_scale, s.alpha());  // Sᵀ -> Pᵀ, alpha
 
@@ -224,8 +225,31 @@ class ForwardKernel {
   // with vector stores instead of PanelQ calls to keep(): along a causal diagonal the Partial tiles are a
   // large share of the work at moderate N.
   template <class Mask>
-  static void apply_mask(Acc* st, const Mask& mask, index_t q0, int rows, index_t k0, int cols, Acc scale) {
+  static void apply_mask(Acc* st, const Mask& mask, index_t q0, int rows, index_t k0, int cols, Acc scale,
+                         bool partial) {
     constexpr Acc neg_inf = -std::numeric_limits<Acc>::infinity();
+    if constexpr (lane_scores_v<Mask>) {
+      // A score modifier written for lanes (core/lanes.hpp): each row of Sᵀ is one key against PanelQ
+      // consecutive queries, so it is evaluated a packet of queries at a time, then masked.
+      using L = Lanes<Acc, kLaneWidth>;
+      using I = Lanes<index_t, kLaneWidth>;
+      const L natural(scale);
+      for (int j = 0; j < cols; ++j) {
+        Acc* s_row = st + j * PanelQ;
+        for (int l = 0; l < rows; l += kLaneWidth)
+          L(mask.score(I::iota(q0 + l), k0 + j, L::load(s_row + l) * natural)).store(s_row + l);
+        if (!partial) continue;
+        if constexpr (has_query_range<Mask>::value) {
+          const RowSpan kept = rows_keeping_key(mask, k0 + j, q0, rows);
+          std::fill(s_row, s_row + kept.first, neg_inf);
+          std::fill(s_row + kept.last, s_row + rows, neg_inf);
+        } else {
+          for (int i = 0; i < rows; ++i)
+            if (!mask.keep(q0 + i, k0 + j)) s_row[i] = neg_inf;
+        }
+      }
+      return;
+    }
     if constexpr (has_query_range<Mask>::value && !modifies_scores_v<Mask>) {
       for (int j = 0; j < cols; ++j) {
         Acc* s_row = st + j * PanelQ;

@@ -10,6 +10,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "flashattn/core/score_math.hpp"
 #include "flashattn/cpu/isa.hpp"
 
 #if defined(__AVX2__) || defined(__AVX512F__)
@@ -31,48 +32,10 @@
 namespace flashattn::cpu {
 
 namespace detail {
-
-// 2^f for f in [0, 1]: a degree-6 polynomial fitted for least maximum relative error, with the constant
-// term fixed at 1 so that p(0) = 1 exactly (2^n for integer n stays exact). Its approximation error is 2e-9,
-// below half an ulp of float; with the rounding of Horner's steps and of f itself (f = x - floor(x) rounds
-// for x in (-1, 0)), tests/test_simd.cpp measures 2^x within 0.62 epsilon on its grid of [-126, 0].
-// Reducing x by its floor rather than to the nearest integer lets AVX-512 do the whole reduction in one
-// instruction (vreduceps) and the scaling by 2^floor(x) in another (vscalefps), and costs one FMA less
-// than the degree-7 Taylor form on [-0.5, 0.5] it replaces.
-template <class V, class Fma, class Set1>
-inline V exp2_poly(V f, Fma fma, Set1 set1) {
-  V p = set1(2.161291486e-4f);
-  p = fma(p, f, set1(1.246784581e-3f));
-  p = fma(p, f, set1(9.675451554e-3f));
-  p = fma(p, f, set1(5.548528209e-2f));
-  p = fma(p, f, set1(2.402293086e-1f));
-  p = fma(p, f, set1(6.931470633e-1f));
-  p = fma(p, f, set1(1.0f));
-  return p;
-}
-
-// Scalar float 2^x for x <= 0 (the softmax only exponentiates score - running max). Branch-free so that
-// loops over it vectorise; exactly 0 below -126 (and for -inf), NaN stays NaN.
-inline float exp2_nonpositive(float x) {
-  const float magic = 12582912.0f;  // 1.5·2^23: adding it rounds to an integer held in the low mantissa bits
-  const float t = x + magic;
-  std::uint32_t t_bits;
-  std::memcpy(&t_bits, &t, sizeof t);
-  // floor(x): the nearest integer, one less where that lies above x.
-  const bool above = t - magic > x;
-  const float n = (t - magic) - (above ? 1.0f : 0.0f);
-  const float f = x - n;
-  std::uint32_t magic_bits;
-  std::memcpy(&magic_bits, &magic, sizeof magic);
-  // 2^n built from its exponent bits; unsigned arithmetic, so a garbage n (x NaN) is defined behaviour.
-  const std::uint32_t scale_bits = (t_bits - magic_bits - std::uint32_t(above) + 127u) << 23;
-  float scale;
-  std::memcpy(&scale, &scale_bits, sizeof scale);
-  const float p = exp2_poly(
-      f, [](float a, float b, float c) { return a * b + c; }, [](float a) { return a; });
-  return x < -126.0f ? 0.0f : p * scale;
-}
-
+// The scalar 2^x and its polynomial live in core/score_math.hpp (score functors use them too); the packet
+// forms below reuse the polynomial.
+using flashattn::detail::exp2_nonpositive;
+using flashattn::detail::exp2_poly;
 }  // namespace detail
 
 template <class Acc, Isa isa>

@@ -1,0 +1,130 @@
+#pragma once
+// Math for score functors, the same bits whether a backend calls the functor on one score or on a packet
+// of them (core/lanes.hpp). A functor that wants to be evaluated on packets writes flashattn::tanh(s),
+// flashattn::abs(x), flashattn::min / max / select: on a float or double they are the scalar functions
+// below, on Lanes the same functions lane by lane, in a form a compiler turns into vector code (no
+// branches, no library calls for float). Plain C++, no intrinsics: a CUDA backend can take the same calls.
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "flashattn/core/lanes.hpp"
+
+namespace flashattn {
+
+namespace detail {
+
+// 2^f for f in [0, 1]: a degree-6 polynomial fitted for least maximum relative error, with the constant
+// term fixed at 1 so that p(0) = 1 exactly (2^n for integer n stays exact). Its approximation error is 2e-9,
+// below half an ulp of float; with the rounding of Horner's steps and of f itself (f = x - floor(x) rounds
+// for x in (-1, 0)), tests/test_simd.cpp measures 2^x within 0.62 epsilon on its grid of [-126, 0].
+// Reducing x by its floor rather than to the nearest integer lets AVX-512 do the whole reduction in one
+// instruction (vreduceps) and the scaling by 2^floor(x) in another (vscalefps), and costs one FMA less
+// than the degree-7 Taylor form on [-0.5, 0.5] it replaces.
+template <class V, class Fma, class Set1>
+inline V exp2_poly(V f, Fma fma, Set1 set1) {
+  V p = set1(2.161291486e-4f);
+  p = fma(p, f, set1(1.246784581e-3f));
+  p = fma(p, f, set1(9.675451554e-3f));
+  p = fma(p, f, set1(5.548528209e-2f));
+  p = fma(p, f, set1(2.402293086e-1f));
+  p = fma(p, f, set1(6.931470633e-1f));
+  p = fma(p, f, set1(1.0f));
+  return p;
+}
+
+// Scalar float 2^x for x <= 0 (the softmax only exponentiates score - running max). Branch-free so that
+// loops over it vectorise; exactly 0 below -126 (and for -inf), NaN stays NaN.
+inline float exp2_nonpositive(float x) {
+  const float magic = 12582912.0f;  // 1.5·2^23: adding it rounds to an integer held in the low mantissa bits
+  const float t = x + magic;
+  std::uint32_t t_bits;
+  std::memcpy(&t_bits, &t, sizeof t);
+  // floor(x): the nearest integer, one less where that lies above x.
+  const bool above = t - magic > x;
+  const float n = (t - magic) - (above ? 1.0f : 0.0f);
+  const float f = x - n;
+  std::uint32_t magic_bits;
+  std::memcpy(&magic_bits, &magic, sizeof magic);
+  // 2^n built from its exponent bits; unsigned arithmetic, so a garbage n (x NaN) is defined behaviour.
+  const std::uint32_t scale_bits = (t_bits - magic_bits - std::uint32_t(above) + 127u) << 23;
+  float scale;
+  std::memcpy(&scale, &scale_bits, sizeof scale);
+  const float p = exp2_poly(
+      f, [](float a, float b, float c) { return a * b + c; }, [](float a) { return a; });
+  return x < -126.0f ? 0.0f : p * scale;
+}
+
+
+// tanh for float without a library call, so that loops over it vectorise: for |x| <= 1.5 the [7/6] Padé
+// approximant of Lambert's continued fraction (its own error below 4e-10 there), beyond it
+// (1 − e)/(1 + e) with e = 2^(−2|x|·log2 e) <= 0.05, where neither form cancels; the sign restored last.
+// tests/test_score_math.cpp measures it against std::tanh.
+inline float tanh_float(float x) {
+  const float a = std::fabs(x);
+  const float a2 = a * a;
+  const float pade = a * (135135.0f + a2 * (17325.0f + a2 * (378.0f + a2))) /
+                     (135135.0f + a2 * (62370.0f + a2 * (3150.0f + a2 * 28.0f)));
+  const float e = exp2_nonpositive(-2.88539008f * a);  // 2·log2(e)
+  const float far = (1.0f - e) / (1.0f + e);
+  const float t = a <= 1.5f ? pade : far;  // NaN takes `far`, which stays NaN
+  return std::copysign(t, x);
+}
+
+}  // namespace detail
+
+// ---- Scalars -------------------------------------------------------------------------------------------------
+
+inline float tanh(float x) { return detail::tanh_float(x); }
+inline double tanh(double x) { return std::tanh(x); }  // double is the accuracy reference, not a speed path
+inline long double tanh(long double x) { return std::tanh(x); }
+
+template <class T, class = std::enable_if_t<std::is_arithmetic_v<T>>>
+T abs(T x) {
+  return x < T(0) ? -x : x;
+}
+template <class T, class = std::enable_if_t<std::is_arithmetic_v<T>>>
+T min(T a, T b) {
+  return b < a ? b : a;
+}
+template <class T, class = std::enable_if_t<std::is_arithmetic_v<T>>>
+T max(T a, T b) {
+  return a < b ? b : a;
+}
+template <class T>
+T select(bool c, T a, T b) {
+  return c ? a : b;
+}
+
+// ---- Lanes: the same, lane by lane -----------------------------------------------------------------------------
+
+template <class T, int W>
+Lanes<T, W> tanh(const Lanes<T, W>& x) {
+  return x.map([](T v) { return flashattn::tanh(v); });
+}
+template <class T, int W>
+Lanes<T, W> abs(const Lanes<T, W>& x) {
+  return x.map([](T v) { return flashattn::abs(v); });
+}
+template <class T, int W>
+Lanes<T, W> min(const Lanes<T, W>& a, const Lanes<T, W>& b) {
+  Lanes<T, W> r;
+  for (int l = 0; l < W; ++l) r.v[l] = flashattn::min(a.v[l], b.v[l]);
+  return r;
+}
+template <class T, int W>
+Lanes<T, W> max(const Lanes<T, W>& a, const Lanes<T, W>& b) {
+  Lanes<T, W> r;
+  for (int l = 0; l < W; ++l) r.v[l] = flashattn::max(a.v[l], b.v[l]);
+  return r;
+}
+template <class T, int W>
+Lanes<T, W> select(const Lanes<bool, W>& c, const Lanes<T, W>& a, const Lanes<T, W>& b) {
+  Lanes<T, W> r;
+  for (int l = 0; l < W; ++l) r.v[l] = c.v[l] ? a.v[l] : b.v[l];
+  return r;
+}
+
+}  // namespace flashattn
