@@ -23,6 +23,7 @@
 
 #include "flashattn/flashattn.hpp"
 #include "flashattn/reference/naive_forward.hpp"
+#include "alternate.hpp"
 #include "references.hpp"
 #include "threads.hpp"
 
@@ -120,26 +121,7 @@ void bm_naive(benchmark::State& state) {
   set_counters(state, attention_flops(p, causal), sec, threads, double(n) * double(n) * sizeof(flashattn::cpu::acc_t<T>));
 }
 
-// Two variants of a call, alternated call by call within one benchmark so that both see the same machine
-// state; returns the median seconds of each. The pattern behind every ratio target below.
-template <class A, class B>
-std::pair<double, double> alternated_medians(benchmark::State& state, const flashattn::bench::RateClock& clock,
-                                             A&& call_a, B&& call_b) {
-  call_a();
-  call_b();
-  std::vector<double> ta, tb;
-  for (auto _ : state) {
-    double t0 = clock.now();
-    call_a();
-    ta.push_back(clock.now() - t0);
-    t0 = clock.now();
-    call_b();
-    tb.push_back(clock.now() - t0);
-  }
-  std::sort(ta.begin(), ta.end());
-  std::sort(tb.begin(), tb.end());
-  return {ta[ta.size() / 2], tb[tb.size() / 2]};
-}
+using flashattn::bench::alternated_medians;
 
 // Parallel speed-up: the same problem on 1 thread and on `threads`, both in wall time.
 void bm_thread_scaling(benchmark::State& state) {

@@ -11,6 +11,7 @@
 #include "flashattn/core/errors.hpp"
 #include "flashattn/core/masks.hpp"
 #include "flashattn/core/options.hpp"
+#include "flashattn/core/score_variants.hpp"
 #include "flashattn/core/variants.hpp"
 #include "flashattn/core/views.hpp"
 #include "flashattn/cpu/context.hpp"

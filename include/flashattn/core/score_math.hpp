@@ -35,42 +35,82 @@ inline V exp2_poly(V f, Fma fma, Set1 set1) {
   return p;
 }
 
+// The bits of a float and back.
+// (GCC and Clang's __builtin_bit_cast, std::bit_cast before C++20: a memcpy through memory
+// keeps GCC 12 from vectorising the loops these are used in.)
+inline std::uint32_t float_bits(float x) {
+#if defined(__GNUC__)
+  return __builtin_bit_cast(std::uint32_t, x);
+#else
+  std::uint32_t b;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+#endif
+}
+inline float bits_float(std::uint32_t b) {
+#if defined(__GNUC__)
+  return __builtin_bit_cast(float, b);
+#else
+  float x;
+  std::memcpy(&x, &b, sizeof x);
+  return x;
+#endif
+}
+
+// a where c, else b, chosen by bits. Written so because a compiler keeps `c ? a : b` on floats as a branch
+// when a or b is an FP operation (under the default trapping-math rules it may not compute both), and a
+// branch stops a loop over lanes from becoming vector code.
+inline float select_bits(bool c, float a, float b) {
+  return bits_float(c ? float_bits(a) : float_bits(b));
+}
+
 // Scalar float 2^x for x <= 0 (the softmax only exponentiates score - running max). Branch-free so that
 // loops over it vectorise; exactly 0 below -126 (and for -inf), NaN stays NaN.
 inline float exp2_nonpositive(float x) {
   const float magic = 12582912.0f;  // 1.5·2^23: adding it rounds to an integer held in the low mantissa bits
   const float t = x + magic;
-  std::uint32_t t_bits;
-  std::memcpy(&t_bits, &t, sizeof t);
+  const std::uint32_t t_bits = float_bits(t);
   // floor(x): the nearest integer, one less where that lies above x.
-  const bool above = t - magic > x;
-  const float n = (t - magic) - (above ? 1.0f : 0.0f);
+  const bool above = std::isgreater(t - magic, x);  // quiet comparisons (no FP exception) throughout:
+                                                    // a compiler turns only those into vector selects
+  const float n = (t - magic) - select_bits(above, 1.0f, 0.0f);
   const float f = x - n;
-  std::uint32_t magic_bits;
-  std::memcpy(&magic_bits, &magic, sizeof magic);
+  const std::uint32_t magic_bits = float_bits(magic);
   // 2^n built from its exponent bits; unsigned arithmetic, so a garbage n (x NaN) is defined behaviour.
-  const std::uint32_t scale_bits = (t_bits - magic_bits - std::uint32_t(above) + 127u) << 23;
-  float scale;
-  std::memcpy(&scale, &scale_bits, sizeof scale);
+  const std::uint32_t scale_bits = (t_bits - magic_bits - (above ? 1u : 0u) + 127u) << 23;
+  const float scale = bits_float(scale_bits);
   const float p = exp2_poly(
       f, [](float a, float b, float c) { return a * b + c; }, [](float a) { return a; });
-  return x < -126.0f ? 0.0f : p * scale;
+  return select_bits(std::isless(x, -126.0f), 0.0f, p * scale);
 }
 
 
 // tanh for float without a library call, so that loops over it vectorise: for |x| <= 1.5 the [7/6] Padé
 // approximant of Lambert's continued fraction (its own error below 4e-10 there), beyond it
-// (1 − e)/(1 + e) with e = 2^(−2|x|·log2 e) <= 0.05, where neither form cancels; the sign restored last.
-// tests/test_score_math.cpp measures it against std::tanh.
-inline float tanh_float(float x) {
-  const float a = std::fabs(x);
+// (1 − e)/(1 + e) with e = 2^(−2|x|·log2 e) <= 0.05, where neither form cancels; one division for both;
+// the sign restored last.
+// tests/test_score_variants.cpp measures it against std::tanh.
+// |x| <= 1.5: the Padé form alone (what tanh_float computes there, the same operations).
+inline float tanh_float_near(float x) {
+  const std::uint32_t sign = float_bits(x) & 0x80000000u;
+  const float a = bits_float(float_bits(x) & 0x7fffffffu);
   const float a2 = a * a;
-  const float pade = a * (135135.0f + a2 * (17325.0f + a2 * (378.0f + a2))) /
-                     (135135.0f + a2 * (62370.0f + a2 * (3150.0f + a2 * 28.0f)));
+  const float t = (a * (135135.0f + a2 * (17325.0f + a2 * (378.0f + a2)))) /
+                  (135135.0f + a2 * (62370.0f + a2 * (3150.0f + a2 * 28.0f)));
+  return bits_float(float_bits(t) | sign);
+}
+
+inline float tanh_float(float x) {
+  const std::uint32_t sign = float_bits(x) & 0x80000000u;
+  const float a = bits_float(float_bits(x) & 0x7fffffffu);
+  const float a2 = a * a;
+  // Both forms as fractions, chosen before the one division.
+  const float pade_num = a * (135135.0f + a2 * (17325.0f + a2 * (378.0f + a2)));
+  const float pade_den = 135135.0f + a2 * (62370.0f + a2 * (3150.0f + a2 * 28.0f));
   const float e = exp2_nonpositive(-2.88539008f * a);  // 2·log2(e)
-  const float far = (1.0f - e) / (1.0f + e);
-  const float t = a <= 1.5f ? pade : far;  // NaN takes `far`, which stays NaN
-  return std::copysign(t, x);
+  const bool near = std::islessequal(a, 1.5f);        // NaN takes the far form, which stays NaN
+  const float t = select_bits(near, pade_num, 1.0f - e) / select_bits(near, pade_den, 1.0f + e);
+  return bits_float(float_bits(t) | sign);            // t >= 0: the sign of x, -0 included
 }
 
 }  // namespace detail
@@ -103,6 +143,20 @@ T select(bool c, T a, T b) {
 template <class T, int W>
 Lanes<T, W> tanh(const Lanes<T, W>& x) {
   return x.map([](T v) { return flashattn::tanh(v); });
+}
+// Float lanes that are all within the Padé form's range (soft-capped scores mostly are: |s| well below the
+// cap) skip the exponential: the same bits, about half the instructions.
+template <int W>
+Lanes<float, W> tanh(const Lanes<float, W>& x) {
+  // The largest |x| by its bits: for non-negative floats integer order is float order, and NaN's bits
+  // exceed every finite value's (an integer maximum is what compilers vectorise here).
+  std::uint32_t largest = 0;
+  for (int l = 0; l < W; ++l) {
+    const std::uint32_t magnitude = detail::float_bits(x.v[l]) & 0x7fffffffu;
+    largest = largest > magnitude ? largest : magnitude;
+  }
+  if (largest <= detail::float_bits(1.5f)) return x.map([](float v) { return detail::tanh_float_near(v); });
+  return x.map([](float v) { return detail::tanh_float(v); });
 }
 template <class T, int W>
 Lanes<T, W> abs(const Lanes<T, W>& x) {

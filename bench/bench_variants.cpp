@@ -1,0 +1,165 @@
+// Score variants and block-sparse masks against the plain kernel, alternated call by call in the same run
+// (bench/alternate.hpp), as issue 23's targets are stated: B=1, H=8, N=2048, d=128, fp32.
+//
+//   bench_variants [--benchmark_filter=...]     FLASHATTN_BENCH_THREADS=1,2 for the thread counts
+//
+// Names: <pass>/<variant>/<form>/threads:<t>. Counters:
+//   ms_variant, ms_base   median milliseconds of each (CPU time on one thread, wall time on several)
+//   x_base                ms_variant / ms_base: the target ratio (soft-cap <= 1.10, ALiBi <= 1.05, ...)
+//   kept                  (block-sparse rows) the share of 64 x 64 cells of the score grid that keep any pair
+//   x_kept                x_base / kept: within 1.2 of it is the block-sparse target
+// Soft-capping runs at cap 30 (the scores, about N(0, 1), stay in tanh's fast range) and at cap 0.5 (most
+// packets leave it: the slower path everywhere).
+// The base is the plain call with the variant's mask: non-causal for soft-capping and the document masks
+// (whose target is against plain non-causal), causal for causal ALiBi.
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "alternate.hpp"
+#include "flashattn/flashattn.hpp"
+#include "references.hpp"
+#include "threads.hpp"
+
+namespace {
+
+using flashattn::index_t;
+using flashattn::bench::alternated_medians;
+
+constexpr index_t kN = 2048, kH = 8, kD = 128;
+
+struct Problem {
+  std::vector<float> q, k, v, o, d_o, dq, dk, dv, lse;
+  Problem() {
+    const std::size_t size = std::size_t(kN * kH * kD);
+    for (auto* x : {&q, &k, &v, &o, &d_o, &dq, &dk, &dv}) x->resize(size);
+    lse.resize(std::size_t(kH * kN));
+    std::mt19937 gen(42);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (auto* x : {&q, &k, &v, &d_o})
+      for (auto& e : *x) e = dist(gen);
+  }
+  flashattn::TensorView<const float> in(const std::vector<float>& x) const {
+    return flashattn::bshd(x.data(), 1, kN, kH, kD);
+  }
+  flashattn::TensorView<float> out(std::vector<float>& x) { return flashattn::bshd(x.data(), 1, kN, kH, kD); }
+  flashattn::LseView lse_view() { return flashattn::lse_bhs(lse.data(), 1, kH, kN); }
+};
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+// Document-causal over 4 documents of 512: a key of the query's own document, at or before it.
+bool doc_causal(index_t i, index_t j) { return j <= i && i / 512 == j / 512; }
+
+void report(benchmark::State& state, double t_variant, double t_base, double kept) {
+  state.counters["ms_variant"] = t_variant * 1e3;
+  state.counters["ms_base"] = t_base * 1e3;
+  state.counters["x_base"] = t_variant / t_base;
+  if (kept > 0) {
+    state.counters["kept"] = kept;
+    state.counters["x_kept"] = t_variant / t_base / kept;
+  }
+}
+
+// The forward with `policy` against attention_forward with options {causal = base_causal}.
+template <class Policy>
+void bm_forward(benchmark::State& state, const Policy& policy, bool base_causal, double kept) {
+  const int threads = int(state.range(0));
+  Problem p;
+  const flashattn::cpu::Context<> ctx{threads};
+  flashattn::AttentionOptions base;
+  base.causal = base_causal;
+  const auto [t_variant, t_base] = alternated_medians(
+      state, flashattn::bench::RateClock(threads),
+      [&] { flashattn::attention_forward_masked(ctx, p.in(p.q), p.in(p.k), p.in(p.v), p.out(p.o), policy); },
+      [&] { flashattn::attention_forward(ctx, p.in(p.q), p.in(p.k), p.in(p.v), p.out(p.o), base); });
+  report(state, t_variant, t_base, kept);
+}
+
+// The backward of each (each after its own forward, outside the timing, for its O and LSE).
+template <class Policy>
+void bm_backward(benchmark::State& state, const Policy& policy, bool base_causal, double kept) {
+  const int threads = int(state.range(0));
+  Problem pv, pb;
+  const flashattn::cpu::Context<> ctx{threads};
+  flashattn::AttentionOptions base;
+  base.causal = base_causal;
+  flashattn::attention_forward_masked(ctx, pv.in(pv.q), pv.in(pv.k), pv.in(pv.v), pv.out(pv.o), policy, {},
+                                      pv.lse_view());
+  flashattn::attention_forward(ctx, pb.in(pb.q), pb.in(pb.k), pb.in(pb.v), pb.out(pb.o), base, pb.lse_view());
+  const auto [t_variant, t_base] = alternated_medians(
+      state, flashattn::bench::RateClock(threads),
+      [&] {
+        flashattn::attention_backward_masked(ctx, pv.in(pv.q), pv.in(pv.k), pv.in(pv.v), pv.in(pv.o),
+                                             pv.in(pv.d_o), pv.lse_view(), pv.out(pv.dq), pv.out(pv.dk),
+                                             pv.out(pv.dv), policy);
+      },
+      [&] {
+        flashattn::attention_backward(ctx, pb.in(pb.q), pb.in(pb.k), pb.in(pb.v), pb.in(pb.o), pb.in(pb.d_o),
+                                      pb.lse_view(), pb.out(pb.dq), pb.out(pb.dk), pb.out(pb.dv), base);
+      });
+  report(state, t_variant, t_base, kept);
+}
+
+template <class F>
+void add(const std::string& name, int iterations, F&& fn) {
+  for (int threads : flashattn::bench::thread_counts())
+    benchmark::RegisterBenchmark((name + "/threads:" + std::to_string(threads)).c_str(), fn)
+        ->Arg(threads)
+        ->Iterations(iterations)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  benchmark::AddCustomContext("cpu_model", cpu_model());
+
+  const auto slopes = std::make_shared<const std::vector<float>>(flashattn::alibi_slopes(kH));
+  const auto cap = flashattn::soft_cap(30.0f, flashattn::no_mask());
+  const auto user_cap = flashattn::score_mod(
+      flashattn::NoMask{kN}, flashattn::vectorized([](auto, auto, auto s) {
+        using S = decltype(s);
+        return S(30) * flashattn::tanh(s * S(1.0f / 30));
+      }),
+      flashattn::vectorized([](auto, auto, auto s) {
+        using S = decltype(s);
+        const S t = flashattn::tanh(s * S(1.0f / 30));
+        return S(1) - t * t;
+      }));
+  const auto scalar_cap = flashattn::score_mod(flashattn::NoMask{kN},
+                                               [](index_t, index_t, auto s) { return 30 * std::tanh(s / 30); });
+  const auto alibi_causal = flashattn::alibi(*slopes, flashattn::causal_mask());
+  const auto alibi_full = flashattn::alibi(*slopes, flashattn::no_mask());
+  const auto doc_element = flashattn::element_mask(kN, doc_causal);
+  const auto doc_block = flashattn::block_mask(kN, kN, doc_causal);
+  const double kept = doc_block.map->density();
+
+  add("forward/softcap/builtin", 5, [=](benchmark::State& s) { bm_forward(s, cap, false, 0); });
+  // Scores beyond 1.5·cap in most packets: the slower path of flashattn::tanh (score_math.hpp) everywhere.
+  const auto cap_saturated = flashattn::soft_cap(0.5f, flashattn::no_mask());
+  add("forward/softcap/builtin_cap0.5", 5, [=](benchmark::State& s) { bm_forward(s, cap_saturated, false, 0); });
+  add("forward/softcap/user_vectorized", 5, [=](benchmark::State& s) { bm_forward(s, user_cap, false, 0); });
+  add("forward/softcap/user_scalar", 3, [=](benchmark::State& s) { bm_forward(s, scalar_cap, false, 0); });
+  add("forward/alibi/builtin_causal", 5, [=](benchmark::State& s) { bm_forward(s, alibi_causal, true, 0); });
+  add("forward/alibi/builtin_full", 5, [=](benchmark::State& s) { bm_forward(s, alibi_full, false, 0); });
+  add("forward/doc_causal/element_mask", 3, [=](benchmark::State& s) { bm_forward(s, doc_element, false, kept); });
+  add("forward/doc_causal/block_mask", 5, [=](benchmark::State& s) { bm_forward(s, doc_block, false, kept); });
+  add("backward/softcap/builtin", 3, [=](benchmark::State& s) { bm_backward(s, cap, false, 0); });
+  add("backward/alibi/builtin_causal", 3, [=](benchmark::State& s) { bm_backward(s, alibi_causal, true, 0); });
+  add("backward/doc_causal/block_mask", 3, [=](benchmark::State& s) { bm_backward(s, doc_block, false, kept); });
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+}
