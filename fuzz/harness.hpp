@@ -196,7 +196,9 @@ struct Tensor {
   }
 };
 
-enum class MaskKind { Options, Element, Softcap, SoftcapBand, Alibi, Sink, Count };
+// BlockSparse: block_mask over the Element bits (cells of block_cell); SoftcapBuiltin, AlibiBuiltin: the
+// built-ins of core/score_variants.hpp, evaluated on lanes, against the reference's scalar functors.
+enum class MaskKind { Options, Element, Softcap, SoftcapBand, Alibi, Sink, BlockSparse, SoftcapBuiltin, AlibiBuiltin, Count };
 
 struct Problem {
   index_t batch = 1, seq_q = 1, seq_k = 1, heads_q = 1, heads_kv = 1, dim = 1;
@@ -207,7 +209,9 @@ struct Problem {
   index_t band_left = -1, band_right = -1;  // of that band, options' convention (negative = unbounded)
   double softcap = 30.0, alibi_base = 1.0;
   float sink = 0.0f;  // MaskKind::Sink: the sink logit of head 0 (head h adds h / 4)
-  std::vector<std::uint8_t> bits;  // ElementMask, (seq_q, seq_k)
+  std::vector<std::uint8_t> bits;  // ElementMask and BlockSparse, (seq_q, seq_k)
+  index_t block_cell = 1;          // BlockSparse: the map's cell (block_cell x block_cell + 1)
+  std::vector<float> slopes;       // AlibiBuiltin: one per query head
   bool want_lse = false;
 };
 
@@ -265,6 +269,18 @@ struct AlibiPolicy {
   }
 };
 
+// The built-in ALiBi's reference: the same float slopes per head, the distance in double.
+template <class Base>
+struct AlibiSlopesPolicy {
+  static constexpr bool modifies_scores = true;
+  Base base;
+  const std::vector<float>* slopes;
+  index_t seq_q, seq_k;
+  fa::ScoreMod<AlibiFn, Base> for_head(index_t /*b*/, index_t h) const {
+    return fa::score_mod(base, AlibiFn{double((*slopes)[std::size_t(h)]), seq_q, seq_k});
+  }
+};
+
 // An attention sink (core/variants.hpp) on a keep-mask, one logit per head through for_head().
 template <class Base>
 struct SinkHead {
@@ -303,6 +319,25 @@ void with_masks(const Problem& p, F&& f) {
     case MaskKind::Element: {
       const CheckedBits bits{p.bits.data(), p.seq_q, p.seq_k};
       return f(fa::element_mask(p.seq_k, bits), fa::element_mask(p.seq_k, bits));
+    }
+    case MaskKind::BlockSparse: {
+      const CheckedBits bits{p.bits.data(), p.seq_q, p.seq_k};
+      return f(fa::block_mask(p.seq_q, p.seq_k, bits, p.block_cell, p.block_cell + 1),
+               fa::element_mask(p.seq_k, bits));
+    }
+    case MaskKind::SoftcapBuiltin: {
+      const Softcap cap{p.softcap, p.seq_q, p.seq_k};
+      if (p.band) return f(fa::soft_cap(float(p.softcap), lib_band), fa::score_mod(ref_keep(mod_band), cap));
+      return f(fa::soft_cap(float(p.softcap), fa::NoMask{p.seq_k}), fa::score_mod(fa::NoMask{p.seq_k}, cap));
+    }
+    case MaskKind::AlibiBuiltin: {
+      if (p.band) {
+        using RefBase = decltype(ref_keep(mod_band));
+        return f(fa::alibi(p.slopes, lib_band),
+                 AlibiSlopesPolicy<RefBase>{ref_keep(mod_band), &p.slopes, p.seq_q, p.seq_k});
+      }
+      return f(fa::alibi(p.slopes, fa::NoMask{p.seq_k}),
+               AlibiSlopesPolicy<fa::NoMask>{fa::NoMask{p.seq_k}, &p.slopes, p.seq_q, p.seq_k});
     }
     case MaskKind::Softcap:
     case MaskKind::SoftcapBand: {
@@ -709,7 +744,7 @@ void run(FuzzedDataProvider& fdp) {
       p.opts.window_left = window();
       p.opts.window_right = kind == 2 ? window() : -1;
     }
-  } else if (p.mask == MaskKind::Element) {
+  } else if (p.mask == MaskKind::Element || p.mask == MaskKind::BlockSparse) {
     Rng bits_rng{fdp.ConsumeIntegral<std::uint64_t>()};
     const int density = fdp.ConsumeIntegralInRange(0, 8);  // in eighths; 0: everything masked
     p.bits.resize(std::size_t(std::max<index_t>(p.seq_q * p.seq_k, 1)));
@@ -718,6 +753,13 @@ void run(FuzzedDataProvider& fdp) {
     for (index_t i = 0; i < p.seq_q; ++i)
       if (bits_rng.below(6) == 0)
         for (index_t j = 0; j < p.seq_k; ++j) p.bits[std::size_t(i * p.seq_k + j)] = 0;
+    // Whole empty and whole kept cells, so that a block map has Empty and Full cells to skip and run.
+    p.block_cell = index_t(1) << fdp.ConsumeIntegralInRange(0, 6);
+    if (p.mask == MaskKind::BlockSparse && bits_rng.below(2) == 0)
+      for (index_t i = 0; i < p.seq_q; ++i)
+        for (index_t j = 0; j < p.seq_k; ++j)
+          if ((i / p.block_cell + j / (p.block_cell + 1)) % 3 != 0)
+            p.bits[std::size_t(i * p.seq_k + j)] = (i / p.block_cell + j / (p.block_cell + 1)) % 3 == 1;
   } else {
     static constexpr double kCaps[] = {1.0, 5.0, 30.0, 50.0};
     p.softcap = kCaps[fdp.ConsumeIntegralInRange(0, 3)];
@@ -725,6 +767,10 @@ void run(FuzzedDataProvider& fdp) {
     p.band = p.mask == MaskKind::SoftcapBand || fdp.ConsumeBool();
     static constexpr float kSinks[] = {-std::numeric_limits<float>::infinity(), -2.5f, 0.0f, 1.3f, 8.0f};
     if (p.mask == MaskKind::Sink) p.sink = kSinks[fdp.ConsumeIntegralInRange(0, 4)];
+    if (p.mask == MaskKind::AlibiBuiltin) {
+      p.slopes = fa::alibi_slopes(p.heads_q);
+      for (float& slope : p.slopes) slope *= float(p.alibi_base);
+    }
     p.band_left = window();
     p.band_right = fdp.ConsumeBool() ? 0 : window();
   }

@@ -18,6 +18,7 @@
 #include "configs.hpp"
 #include "flashattn/forward.hpp"
 #include "flashattn/backward.hpp"
+#include "flashattn/core/score_variants.hpp"
 #include "flashattn/cpu/aligned_buffer.hpp"
 #include "flashattn/cpu/context.hpp"
 #include "flashattn/reference/naive_backward.hpp"
@@ -333,6 +334,52 @@ TEST(Backward, ScoreModifierWithGradient) {
       EXPECT_TRUE(grads_match(pr, 1.0 / std::sqrt(32.0), mask));
     }
   }
+}
+
+// The built-in variants (core/score_variants.hpp), evaluated on lanes, through the backward: soft-capping
+// with scores large enough to bite, ALiBi over a causal band and without a mask; fp32, bf16 and fp64.
+template <class T>
+void check_builtin_variant_grads() {
+  const index_t sq = 90, sk = 110, hq = 4, hkv = 2, d = 32;
+  const std::vector<float> slopes = alibi_slopes(hq);
+  const auto run = [&](const auto& policy, double stddev) {
+    GradProblem<T> pr(Layout::Bshd, 1, sq, sk, hq, hkv, d, 31);
+    fill_normal(pr.q.view(), 31, stddev);
+    fill_normal(pr.k.view(), 32, stddev);
+    pr.forward_masked(policy);
+    pr.backward_masked(policy);
+    EXPECT_TRUE(grads_match(pr, 1.0 / std::sqrt(double(d)), policy));
+  };
+  run(soft_cap(2.0f, no_mask()), 2.0);
+  run(soft_cap(2.0f, causal_mask()), 2.0);
+  run(alibi(slopes, causal_mask()), 1.0);
+  run(alibi(slopes, no_mask()), 1.0);
+}
+TEST(Backward, BuiltinVariantsFp32) { check_builtin_variant_grads<float>(); }
+TEST(Backward, BuiltinVariantsBf16) { check_builtin_variant_grads<Eigen::bfloat16>(); }
+TEST(Backward, BuiltinVariantsFp64) { check_builtin_variant_grads<double>(); }
+
+// A vectorized() functor pair gives the backward the bits of the same functors one score at a time.
+TEST(Backward, LaneScoresSameBitsAsScalar) {
+  const index_t sq = 70, sk = 85;
+  const auto fn = [](auto, auto, auto s) {
+    using S = decltype(s);
+    return S(3) * flashattn::tanh(s * S(1.0 / 3));
+  };
+  const auto grad = [](auto, auto, auto s) {
+    using S = decltype(s);
+    const S t = flashattn::tanh(s * S(1.0 / 3));
+    return S(1) - t * t;
+  };
+  const auto band = BandMask::window(sq, sk, 30, 3);
+  GradProblem<float> a(Layout::Bshd, 1, sq, sk, 2, 1, 32, 41), b(Layout::Bshd, 1, sq, sk, 2, 1, 32, 41);
+  a.forward_masked(score_mod(band, vectorized(fn), vectorized(grad)));
+  a.backward_masked(score_mod(band, vectorized(fn), vectorized(grad)));
+  b.forward_masked(score_mod(band, fn, grad));
+  b.backward_masked(score_mod(band, fn, grad));
+  EXPECT_EQ(to_double(a.dq.cview()), to_double(b.dq.cview()));
+  EXPECT_EQ(to_double(a.dk.cview()), to_double(b.dk.cview()));
+  EXPECT_EQ(to_double(a.dv.cview()), to_double(b.dv.cview()));
 }
 
 // A policy that changes scores without a derivative cannot be differentiated: rejected at compile time.

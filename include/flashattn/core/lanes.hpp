@@ -9,6 +9,8 @@
 // What has no lane form does not compile: a branch on a Lanes comparison (use flashattn::select), or a
 // library function (use score_math.hpp's). Plain C++, no intrinsics.
 
+#include <array>
+#include <cstddef>
 #include <type_traits>
 #include <utility>
 
@@ -17,6 +19,12 @@ namespace flashattn {
 template <class T, int W>
 struct Lanes {
   static constexpr int width = W;
+  // 0, 1, ..., W − 1 as one constant (written per lane inside iota, GCC assembles it lane by lane).
+  static constexpr std::array<T, W> kSteps = [] {
+    std::array<T, W> s{};
+    for (int l = 0; l < W; ++l) s[std::size_t(l)] = T(l);
+    return s;
+  }();
   T v[W];
 
   Lanes() = default;
@@ -34,7 +42,7 @@ struct Lanes {
   // base, base + 1, ..., base + W − 1: the positions of a tile row.
   static Lanes iota(T base) {
     Lanes r;
-    for (int l = 0; l < W; ++l) r.v[l] = base + T(l);
+    for (int l = 0; l < W; ++l) r.v[l] = kSteps[std::size_t(l)] + base;  // a constant vector plus a broadcast
     return r;
   }
   static Lanes load(const T* p) {

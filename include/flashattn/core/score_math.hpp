@@ -123,7 +123,8 @@ inline long double tanh(long double x) { return std::tanh(x); }
 
 template <class T, class = std::enable_if_t<std::is_arithmetic_v<T>>>
 T abs(T x) {
-  return x < T(0) ? -x : x;
+  if constexpr (std::is_floating_point_v<T>) return std::fabs(x);  // -0 and NaN lose the sign, as in lanes
+  else return x < T(0) ? -x : x;
 }
 template <class T, class = std::enable_if_t<std::is_arithmetic_v<T>>>
 T min(T a, T b) {
@@ -160,7 +161,11 @@ Lanes<float, W> tanh(const Lanes<float, W>& x) {
 }
 template <class T, int W>
 Lanes<T, W> abs(const Lanes<T, W>& x) {
-  return x.map([](T v) { return flashattn::abs(v); });
+  if constexpr (std::is_same_v<T, float>) {
+    return x.map([](float v) { return detail::bits_float(detail::float_bits(v) & 0x7fffffffu); });
+  } else {
+    return x.map([](T v) { return flashattn::abs(v); });
+  }
 }
 template <class T, int W>
 Lanes<T, W> min(const Lanes<T, W>& a, const Lanes<T, W>& b) {

@@ -234,10 +234,14 @@ class ForwardKernel {
       using L = Lanes<Acc, kLaneWidth>;
       using I = Lanes<index_t, kLaneWidth>;
       const L natural(scale);
+      // The panel's query positions, built once for all its keys.
+      constexpr int kPackets = PanelQ / kLaneWidth;
+      I queries[kPackets];
+      for (int p = 0; p < kPackets; ++p) queries[p] = I::iota(q0 + p * kLaneWidth);
       for (int j = 0; j < cols; ++j) {
         Acc* s_row = st + j * PanelQ;
         for (int l = 0; l < rows; l += kLaneWidth)
-          L(mask.score(I::iota(q0 + l), k0 + j, L::load(s_row + l) * natural)).store(s_row + l);
+          L(mask.score(queries[l / kLaneWidth], k0 + j, L::load(s_row + l) * natural)).store(s_row + l);
         if (!partial) continue;
         if constexpr (has_query_range<Mask>::value) {
           const RowSpan kept = rows_keeping_key(mask, k0 + j, q0, rows);
