@@ -61,6 +61,20 @@ TEST(ScoreMath, LanesAreTheScalarOperationsPerLane) {
   };
   const L got = f(i, j, s);
   for (int l = 0; l < 8; ++l) EXPECT_EQ(got.v[l], f(i.v[l], j, s.v[l])) << "lane " << l;
+  // Positions (what the kernels pass): the same, on either side, with affine and other operations.
+  for (index_t base : {index_t(-3), index_t(1) << 23, (index_t(1) << 24) - 5, index_t(1) << 40}) {
+    const Positions<8> p{base, 1};
+    const L by_positions_i = f(p, j, s), by_positions_j = f(j, p, s);
+    const L converted(p);
+    for (int l = 0; l < 8; ++l) {
+      EXPECT_EQ(by_positions_i.v[l], f(base + l, j, s.v[l])) << "base " << base << " lane " << l;
+      EXPECT_EQ(by_positions_j.v[l], f(j, base + l, s.v[l])) << "base " << base << " lane " << l;
+      EXPECT_EQ(converted.v[l], float(base + l)) << "base " << base << " lane " << l;
+    }
+    const Positions<8> q = 5 - 2 * p;  // still a progression: 5 − 2·base, step −2
+    EXPECT_EQ(q.base, 5 - 2 * base);
+    EXPECT_EQ(q.step, -2);
+  }
 }
 
 // ---- Forward against the reference ------------------------------------------------------------------------

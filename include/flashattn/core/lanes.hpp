@@ -11,10 +11,15 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
+#include <limits>
 #include <type_traits>
 #include <utility>
 
 namespace flashattn {
+
+template <int W>
+struct Positions;
 
 template <class T, int W>
 struct Lanes {
@@ -38,6 +43,11 @@ struct Lanes {
   explicit Lanes(const Lanes<U, W>& x) {
     for (int l = 0; l < W; ++l) v[l] = T(x.v[l]);
   }
+
+  // Positions converted: for a floating T, base + step·lane in T itself where every value is an exact
+  // integer of T (one broadcast and one multiply-add, the same values as converting each position);
+  // otherwise lane by lane.
+  explicit Lanes(const Positions<W>& p);
 
   // base, base + 1, ..., base + W − 1: the positions of a tile row.
   static Lanes iota(T base) {
@@ -142,5 +152,146 @@ FLASHATTN_LANES_COMPARE(>=)
 FLASHATTN_LANES_COMPARE(==)
 FLASHATTN_LANES_COMPARE(!=)
 #undef FLASHATTN_LANES_COMPARE
+
+
+// Positions<W>: W positions in arithmetic progression, base + step·lane, which is what a row of a score
+// tile holds (consecutive queries or keys). A backend passes them to a lane-evaluated functor instead of
+// Lanes<index_t, W>: adding or subtracting an integer, negating and scaling by an integer keep the
+// progression, and converting it to float lanes is one multiply-add (64-bit lanes, which compilers
+// assemble lane by lane, are never built); anything else converts it to Lanes<index_t, W> first, so
+// every operation means what it means on one index.
+template <int W>
+struct Positions {
+  std::int64_t base = 0, step = 1;
+
+  Lanes<std::int64_t, W> lanes() const {
+    Lanes<std::int64_t, W> r;
+    for (int l = 0; l < W; ++l) r.v[l] = base + step * std::int64_t(l);
+    return r;
+  }
+  operator Lanes<std::int64_t, W>() const { return lanes(); }
+};
+
+template <class T, int W>
+Lanes<T, W>::Lanes(const Positions<W>& p) {
+  if constexpr (std::is_floating_point_v<T>) {
+    constexpr std::int64_t exact = std::int64_t(1) << (std::numeric_limits<T>::digits - 1);
+    const std::int64_t last = p.base + p.step * std::int64_t(W - 1);
+    const auto magnitude = [](std::int64_t x) { return x < 0 ? -x : x; };
+    if (magnitude(p.base) < exact && magnitude(last) < exact && magnitude(p.step) < exact / W) {
+      // base + step·l: exact integers of T, an exact sum, whether or not it is fused.
+      const T b = T(p.base), st = T(p.step);
+      for (int l = 0; l < W; ++l) v[l] = b + st * kSteps[std::size_t(l)];
+      return;
+    }
+  }
+  for (int l = 0; l < W; ++l) v[l] = T(p.base + p.step * std::int64_t(l));
+}
+
+template <class X>
+struct is_positions : std::false_type {};
+template <int W>
+struct is_positions<Positions<W>> : std::true_type {};
+
+// The progression kept.
+template <int W, class U, class = std::enable_if_t<std::is_integral_v<U>>>
+Positions<W> operator+(const Positions<W>& p, U k) {
+  return {p.base + std::int64_t(k), p.step};
+}
+template <int W, class U, class = std::enable_if_t<std::is_integral_v<U>>>
+Positions<W> operator+(U k, const Positions<W>& p) {
+  return {std::int64_t(k) + p.base, p.step};
+}
+template <int W, class U, class = std::enable_if_t<std::is_integral_v<U>>>
+Positions<W> operator-(const Positions<W>& p, U k) {
+  return {p.base - std::int64_t(k), p.step};
+}
+template <int W, class U, class = std::enable_if_t<std::is_integral_v<U>>>
+Positions<W> operator-(U k, const Positions<W>& p) {
+  return {std::int64_t(k) - p.base, -p.step};
+}
+template <int W, class U, class = std::enable_if_t<std::is_integral_v<U>>>
+Positions<W> operator*(const Positions<W>& p, U k) {
+  return {p.base * std::int64_t(k), p.step * std::int64_t(k)};
+}
+template <int W, class U, class = std::enable_if_t<std::is_integral_v<U>>>
+Positions<W> operator*(U k, const Positions<W>& p) {
+  return {std::int64_t(k) * p.base, std::int64_t(k) * p.step};
+}
+template <int W>
+Positions<W> operator+(const Positions<W>& a, const Positions<W>& b) {
+  return {a.base + b.base, a.step + b.step};
+}
+template <int W>
+Positions<W> operator-(const Positions<W>& a, const Positions<W>& b) {
+  return {a.base - b.base, a.step - b.step};
+}
+template <int W>
+Positions<W> operator-(const Positions<W>& p) {
+  return {-p.base, -p.step};
+}
+
+// Everything else through Lanes<int64_t, W>: with lanes of another type, with floating-point scalars for
+// + − ·, and every other operator.
+#define FLASHATTN_POSITIONS_WITH_LANES(op)                                                                 \
+  template <int W, class B>                                                                                \
+  auto operator op(const Positions<W>& a, const Lanes<B, W>& b) {                                          \
+    return a.lanes() op b;                                                                                 \
+  }                                                                                                        \
+  template <class A, int W>                                                                                \
+  auto operator op(const Lanes<A, W>& a, const Positions<W>& b) {                                          \
+    return a op b.lanes();                                                                                 \
+  }
+#define FLASHATTN_POSITIONS_WITH_SCALARS(op, Allowed)                                                      \
+  template <int W, class U, class = std::enable_if_t<Allowed<U>>>                                          \
+  auto operator op(const Positions<W>& a, U b) {                                                           \
+    return a.lanes() op b;                                                                                 \
+  }                                                                                                        \
+  template <int W, class U, class = std::enable_if_t<Allowed<U>>>                                          \
+  auto operator op(U a, const Positions<W>& b) {                                                           \
+    return a op b.lanes();                                                                                 \
+  }
+#define FLASHATTN_POSITIONS_PAIR(op)                                                                       \
+  template <int W>                                                                                         \
+  auto operator op(const Positions<W>& a, const Positions<W>& b) {                                         \
+    return a.lanes() op b.lanes();                                                                         \
+  }
+
+namespace detail {
+template <class U>
+inline constexpr bool floating_scalar_v = std::is_floating_point_v<U>;
+template <class U>
+inline constexpr bool any_scalar_v = std::is_arithmetic_v<U>;
+}  // namespace detail
+
+FLASHATTN_POSITIONS_WITH_LANES(+)
+FLASHATTN_POSITIONS_WITH_LANES(-)
+FLASHATTN_POSITIONS_WITH_LANES(*)
+FLASHATTN_POSITIONS_WITH_LANES(/)
+FLASHATTN_POSITIONS_WITH_SCALARS(+, detail::floating_scalar_v)
+FLASHATTN_POSITIONS_WITH_SCALARS(-, detail::floating_scalar_v)
+FLASHATTN_POSITIONS_WITH_SCALARS(*, detail::floating_scalar_v)
+FLASHATTN_POSITIONS_WITH_SCALARS(/, detail::any_scalar_v)
+FLASHATTN_POSITIONS_PAIR(*)
+FLASHATTN_POSITIONS_PAIR(/)
+#define FLASHATTN_POSITIONS_COMPARE(op)  \
+  FLASHATTN_POSITIONS_WITH_LANES(op)     \
+  FLASHATTN_POSITIONS_WITH_SCALARS(op, detail::any_scalar_v) \
+  FLASHATTN_POSITIONS_PAIR(op)
+FLASHATTN_POSITIONS_COMPARE(<)
+FLASHATTN_POSITIONS_COMPARE(<=)
+FLASHATTN_POSITIONS_COMPARE(>)
+FLASHATTN_POSITIONS_COMPARE(>=)
+FLASHATTN_POSITIONS_COMPARE(==)
+FLASHATTN_POSITIONS_COMPARE(!=)
+#undef FLASHATTN_POSITIONS_COMPARE
+#undef FLASHATTN_POSITIONS_PAIR
+#undef FLASHATTN_POSITIONS_WITH_SCALARS
+#undef FLASHATTN_POSITIONS_WITH_LANES
+
+template <int W, class U, class = std::enable_if_t<std::is_integral_v<U>>>
+Lanes<std::int64_t, W> operator%(const Positions<W>& a, U b) {
+  return a.lanes() % b;
+}
 
 }  // namespace flashattn

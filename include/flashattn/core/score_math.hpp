@@ -167,6 +167,11 @@ Lanes<T, W> abs(const Lanes<T, W>& x) {
     return x.map([](T v) { return flashattn::abs(v); });
   }
 }
+template <int W>
+Lanes<std::int64_t, W> abs(const Positions<W>& p) {
+  return flashattn::abs(p.lanes());
+}
+
 template <class T, int W>
 Lanes<T, W> min(const Lanes<T, W>& a, const Lanes<T, W>& b) {
   Lanes<T, W> r;

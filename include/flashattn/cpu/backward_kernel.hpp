@@ -393,9 +393,7 @@ class BackwardKernel {
     static index_t query(const TileSpan& t, int /*row*/, int lane) { return t.q0 + lane; }
     static index_t key(const TileSpan& t, int row, int /*lane*/) { return t.k0 + row; }
     // The same for a packet of lanes from `lane` on: the queries a row of positions, the key one index.
-    template <class I>
-    static I query_at(const TileSpan& t, int /*row*/, int lane) { return I::iota(t.q0 + lane); }
-    template <class I>
+    static Positions<W> query_at(const TileSpan& t, int /*row*/, int lane) { return {t.q0 + lane, 1}; }
     static index_t key_at(const TileSpan& t, int row, int /*lane*/) { return t.k0 + row; }
     static Reg query_stat(const Acc* stat, int /*row*/, int lane) { return V::load(stat + lane); }
     template <class Mask>
@@ -411,10 +409,8 @@ class BackwardKernel {
     static int lanes_used(const TileSpan& t) { return t.cols; }
     static index_t query(const TileSpan& t, int row, int /*lane*/) { return t.q0 + row; }
     static index_t key(const TileSpan& t, int /*row*/, int lane) { return t.k0 + lane; }
-    template <class I>
     static index_t query_at(const TileSpan& t, int row, int /*lane*/) { return t.q0 + row; }
-    template <class I>
-    static I key_at(const TileSpan& t, int /*row*/, int lane) { return I::iota(t.k0 + lane); }
+    static Positions<W> key_at(const TileSpan& t, int /*row*/, int lane) { return {t.k0 + lane, 1}; }
     static Reg query_stat(const Acc* stat, int row, int /*lane*/) { return V::set1(stat[row]); }
     template <class Mask>
     static constexpr bool by_ranges = has_key_range<Mask>::value;
@@ -481,15 +477,14 @@ class BackwardKernel {
   template <class Layout, class Mask>
   static void mask_tile_by_lanes(Acc* s, Acc* g, const Mask& mask, Acc scale, const TileSpan& t, int lanes) {
     using L = Lanes<Acc, W>;
-    using I = Lanes<index_t, W>;
     const L natural(scale);
     for (int r = 0; r < Layout::tile_rows(t); ++r) {
       Acc* s_row = s + r * Layout::Lanes;
       Acc* g_row = g + r * Layout::Lanes;
       for (int l = 0; l < lanes; l += W) {
         const L x = L::load(s_row + l) * natural;
-        const auto i = Layout::template query_at<I>(t, r, l);
-        const auto j = Layout::template key_at<I>(t, r, l);
+        const auto i = Layout::query_at(t, r, l);
+        const auto j = Layout::key_at(t, r, l);
         L(mask.score(i, j, x)).store(s_row + l);
         if constexpr (lane_score_grads_v<Mask>) {
           L(mask.score_grad(i, j, x)).store(g_row + l);

@@ -232,16 +232,11 @@ class ForwardKernel {
       // A score modifier written for lanes (core/lanes.hpp): each row of Sᵀ is one key against PanelQ
       // consecutive queries, so it is evaluated a packet of queries at a time, then masked.
       using L = Lanes<Acc, kLaneWidth>;
-      using I = Lanes<index_t, kLaneWidth>;
       const L natural(scale);
-      // The panel's query positions, built once for all its keys.
-      constexpr int kPackets = PanelQ / kLaneWidth;
-      I queries[kPackets];
-      for (int p = 0; p < kPackets; ++p) queries[p] = I::iota(q0 + p * kLaneWidth);
       for (int j = 0; j < cols; ++j) {
         Acc* s_row = st + j * PanelQ;
         for (int l = 0; l < rows; l += kLaneWidth)
-          L(mask.score(queries[l / kLaneWidth], k0 + j, L::load(s_row + l) * natural)).store(s_row + l);
+          L(mask.score(Positions<kLaneWidth>{q0 + l, 1}, k0 + j, L::load(s_row + l) * natural)).store(s_row + l);
         if (!partial) continue;
         if constexpr (has_query_range<Mask>::value) {
           const RowSpan kept = rows_keeping_key(mask, k0 + j, q0, rows);
