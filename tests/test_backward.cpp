@@ -359,29 +359,6 @@ TEST(Backward, BuiltinVariantsFp32) { check_builtin_variant_grads<float>(); }
 TEST(Backward, BuiltinVariantsBf16) { check_builtin_variant_grads<Eigen::bfloat16>(); }
 TEST(Backward, BuiltinVariantsFp64) { check_builtin_variant_grads<double>(); }
 
-// A vectorized() functor pair gives the backward the bits of the same functors one score at a time.
-TEST(Backward, LaneScoresSameBitsAsScalar) {
-  const index_t sq = 70, sk = 85;
-  const auto fn = [](auto, auto, auto s) {
-    using S = decltype(s);
-    return S(3) * flashattn::tanh(s * S(1.0 / 3));
-  };
-  const auto grad = [](auto, auto, auto s) {
-    using S = decltype(s);
-    const S t = flashattn::tanh(s * S(1.0 / 3));
-    return S(1) - t * t;
-  };
-  const auto band = BandMask::window(sq, sk, 30, 3);
-  GradProblem<float> a(Layout::Bshd, 1, sq, sk, 2, 1, 32, 41), b(Layout::Bshd, 1, sq, sk, 2, 1, 32, 41);
-  a.forward_masked(score_mod(band, vectorized(fn), vectorized(grad)));
-  a.backward_masked(score_mod(band, vectorized(fn), vectorized(grad)));
-  b.forward_masked(score_mod(band, fn, grad));
-  b.backward_masked(score_mod(band, fn, grad));
-  EXPECT_EQ(to_double(a.dq.cview()), to_double(b.dq.cview()));
-  EXPECT_EQ(to_double(a.dk.cview()), to_double(b.dk.cview()));
-  EXPECT_EQ(to_double(a.dv.cview()), to_double(b.dv.cview()));
-}
-
 // A policy that changes scores without a derivative cannot be differentiated: rejected at compile time.
 static_assert(!differentiable_mask_v<ScoreMod<float (*)(index_t, index_t, float), NoMask>>);
 static_assert(differentiable_mask_v<BandMask> && differentiable_mask_v<NoMask>);

@@ -3,7 +3,10 @@
 //  - Lanes operators mean per lane what the scalar operators mean;
 //  - built-in soft_cap and alibi, forward, against the fp64 reference (tolerance.hpp's rule) for fp32,
 //    bf16 and fp64, with and without a causal band, GQA, seq_q != seq_k, sizes off the tiles;
-//  - a user functor marked vectorized() gives the bits of the same functor evaluated one score at a time;
+//  - a user functor marked vectorized() gives the bits of the same functor evaluated one score at a time,
+//    forward and backward. This file is compiled with -ffp-contract=off (tests/CMakeLists.txt): whether a
+//    compiler fuses a·b + c into one FMA may differ between the scalar and the vector code of the same
+//    expression, which changes the last bit; what is tested here is that nothing else differs;
 //  - bad arguments: a cap that is not positive and finite, slopes of the wrong count.
 // The backward of the built-ins is checked in test_backward.cpp (gradients against the fp64 reference).
 
@@ -165,6 +168,35 @@ TEST(LaneScores, SameBitsAsOneScoreAtATime) {
   check_lanes_same_bits<float>(150, 170);
   check_lanes_same_bits<Eigen::bfloat16>(70, 90);
   check_lanes_same_bits<double>(40, 50);
+}
+
+// The backward: a vectorized() functor pair gives the bits of the same functors one score at a time.
+TEST(LaneScores, BackwardSameBitsAsOneScoreAtATime) {
+  const index_t sq = 70, sk = 85, d = 32;
+  const auto fn = [](auto, auto, auto s) {
+    using S = decltype(s);
+    return S(3) * flashattn::tanh(s * S(1.0 / 3));
+  };
+  const auto grad = [](auto, auto, auto s) {
+    using S = decltype(s);
+    const S t = flashattn::tanh(s * S(1.0 / 3));
+    return S(1) - t * t;
+  };
+  const auto band = BandMask::window(sq, sk, 30, 3);
+  const auto run = [&](const auto& policy) {
+    Problem<float> pr(sq, sk, 2, 1, d, 41, 2.0);
+    HostTensor<float> d_o(Layout::Bshd, 2, sq, 2, d), dq(Layout::Bshd, 2, sq, 2, d), dk(Layout::Bshd, 2, sk, 1, d),
+        dv(Layout::Bshd, 2, sk, 1, d);
+    fill_normal(d_o.view(), 44);
+    pr.run(policy);
+    attention_backward_masked(pr.q.cview(), pr.k.cview(), pr.v.cview(), pr.o.cview(), d_o.cview(), pr.lse.view(),
+                              dq.view(), dk.view(), dv.view(), policy);
+    std::vector<double> all = to_double(dq.cview()), more = to_double(dk.cview()), last = to_double(dv.cview());
+    all.insert(all.end(), more.begin(), more.end());
+    all.insert(all.end(), last.begin(), last.end());
+    return all;
+  };
+  EXPECT_EQ(run(score_mod(band, vectorized(fn), vectorized(grad))), run(score_mod(band, fn, grad)));
 }
 
 // ---- Bad arguments -----------------------------------------------------------------------------------------

@@ -2,10 +2,11 @@
 // Lanes<T, W>: W values of T operated on together, what a backend passes to a score functor that may be
 // evaluated on packets (variants.hpp's lane_scores). A functor written generically,
 //   [](auto i, auto j, auto s) { using S = decltype(s); return s - S(slope) * S(flashattn::abs(i - j)); }
-// runs unchanged on one score (i, j: index_t, s: float) and on a row of a score tile (one of i, j a
-// Lanes<index_t, W> of consecutive positions, s a Lanes<float, W>), with the same bits lane by lane:
-// every operator is the scalar operator applied per lane, written as a plain loop that compilers turn into
-// vector instructions. Integer lanes keep integer semantics (i / c and i % c are what they are on index_t).
+// runs unchanged on one score (i, j: index_t, s: float) and on a row of a score tile (one of i, j the
+// Positions of consecutive queries or keys, s a Lanes<float, W>), computing in each lane what it computes
+// on one score: every operator is the scalar operator applied per lane, written as a plain loop that
+// compilers turn into vector instructions. (The same bits, unless the compiler fuses a·b + c into an FMA
+// in one form and not the other: -ffp-contract=off rules that out.) Integer lanes keep integer semantics (i / c and i % c are what they are on index_t).
 // What has no lane form does not compile: a branch on a Lanes comparison (use flashattn::select), or a
 // library function (use score_math.hpp's). Plain C++, no intrinsics.
 

@@ -1,6 +1,6 @@
 #pragma once
-// Math for score functors, the same bits whether a backend calls the functor on one score or on a packet
-// of them (core/lanes.hpp). A functor that wants to be evaluated on packets writes flashattn::tanh(s),
+// Math for score functors, the same operations whether a backend calls the functor on one score or on a
+// packet of them (core/lanes.hpp). A functor that wants to be evaluated on packets writes flashattn::tanh(s),
 // flashattn::abs(x), flashattn::min / max / select: on a float or double they are the scalar functions
 // below, on Lanes the same functions lane by lane, in a form a compiler turns into vector code (no
 // branches, no library calls for float). Plain C++, no intrinsics: a CUDA backend can take the same calls.
