@@ -15,11 +15,16 @@
 #include <benchmark/benchmark.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
+
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 
 #include "alternate.hpp"
 #include "flashattn/flashattn.hpp"
@@ -126,6 +131,14 @@ void add(const std::string& name, int iterations, F&& fn) {
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
+#if defined(__SSE__)
+  // FLASHATTN_BENCH_FTZ=1: subnormal results flushed and inputs read as zero (MXCSR FTZ and DAZ) on the
+  // calling thread, to see what subnormal probabilities cost where a CPU takes microcode assists on them.
+  if (const char* ftz = std::getenv("FLASHATTN_BENCH_FTZ"); ftz != nullptr && ftz[0] == '1') {
+    _mm_setcsr(_mm_getcsr() | 0x8040u);
+    benchmark::AddCustomContext("mxcsr", "FTZ+DAZ on the calling thread");
+  }
+#endif
   benchmark::AddCustomContext("cpu_model", cpu_model());
 
   const auto slopes = std::make_shared<const std::vector<float>>(flashattn::alibi_slopes(kH));
