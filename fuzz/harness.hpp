@@ -327,8 +327,8 @@ void with_masks(const Problem& p, F&& f) {
     }
     case MaskKind::SoftcapBuiltin: {
       const Softcap cap{p.softcap, p.seq_q, p.seq_k};
-      if (p.band) return f(fa::soft_cap(float(p.softcap), lib_band), fa::score_mod(ref_keep(mod_band), cap));
-      return f(fa::soft_cap(float(p.softcap), fa::NoMask{p.seq_k}), fa::score_mod(fa::NoMask{p.seq_k}, cap));
+      if (p.band) return f(fa::soft_cap(p.softcap, lib_band), fa::score_mod(ref_keep(mod_band), cap));
+      return f(fa::soft_cap(p.softcap, fa::NoMask{p.seq_k}), fa::score_mod(fa::NoMask{p.seq_k}, cap));
     }
     case MaskKind::AlibiBuiltin: {
       if (p.band) {

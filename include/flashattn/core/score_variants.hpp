@@ -68,8 +68,10 @@ struct SoftCap : ForwardsMask<Base> {
   static constexpr bool modifies_scores = true;
   static constexpr bool lane_scores = true;
   static constexpr bool lane_score_grads = true;
-  float cap = 1.0f;
-  float inv_cap = 1.0f;
+  // Held in double: a double computation must not see the cap rounded to float (the fuzzer found the
+  // 1e-8 that costs); S(cap) rounds it once for float.
+  double cap = 1.0;
+  double inv_cap = 1.0;
 
   template <class I, class J, class S>
   FLASHATTN_HOST_DEVICE S score(I, J, S s) const {
@@ -91,10 +93,10 @@ struct SoftCap : ForwardsMask<Base> {
 
 // cap > 0 and finite, else InvalidArgument.
 template <class Mask>
-SoftCap<Mask> soft_cap(float cap, Mask mask) {
-  if (!(cap > 0.0f) || !std::isfinite(cap))
+SoftCap<Mask> soft_cap(double cap, Mask mask) {
+  if (!(cap > 0.0) || !std::isfinite(cap))
     throw InvalidArgument("soft_cap: cap must be positive and finite, got cap=" + std::to_string(cap));
-  return {{std::move(mask)}, cap, 1.0f / cap};
+  return {{std::move(mask)}, cap, 1.0 / cap};
 }
 
 // ---- ALiBi ----------------------------------------------------------------------------------------------------
