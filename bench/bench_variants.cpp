@@ -8,6 +8,8 @@
 //   x_base                ms_variant / ms_base: the target ratio (soft-cap <= 1.10, ALiBi <= 1.05, ...)
 //   kept                  (block-sparse rows) the share of 64 x 64 cells of the score grid that keep any pair
 //   x_kept                x_base / kept: within 1.2 of it is the block-sparse target
+//   (block-sparse and structured-mask rows: chunked, streaming, prefix-LM; their base is plain non-causal)
+//   gflops_d, gflops_128, x_rate   (head_dim rows) the plain forward's rate at d and at d = 128, and their ratio
 // Soft-capping runs at cap 30 (the scores, about N(0, 1), stay in tanh's fast range) and at cap 0.5 (most
 // packets leave it: the slower path everywhere).
 // The base is the plain call with the variant's mask: non-causal for soft-capping and the document masks
@@ -39,9 +41,10 @@ using flashattn::bench::alternated_medians;
 constexpr index_t kN = 2048, kH = 8, kD = 128;
 
 struct Problem {
+  index_t d;
   std::vector<float> q, k, v, o, d_o, dq, dk, dv, lse;
-  Problem() {
-    const std::size_t size = std::size_t(kN * kH * kD);
+  explicit Problem(index_t dim = kD) : d(dim) {
+    const std::size_t size = std::size_t(kN * kH * d);
     for (auto* x : {&q, &k, &v, &o, &d_o, &dq, &dk, &dv}) x->resize(size);
     lse.resize(std::size_t(kH * kN));
     std::mt19937 gen(42);
@@ -50,9 +53,9 @@ struct Problem {
       for (auto& e : *x) e = dist(gen);
   }
   flashattn::TensorView<const float> in(const std::vector<float>& x) const {
-    return flashattn::bshd(x.data(), 1, kN, kH, kD);
+    return flashattn::bshd(x.data(), 1, kN, kH, d);
   }
-  flashattn::TensorView<float> out(std::vector<float>& x) { return flashattn::bshd(x.data(), 1, kN, kH, kD); }
+  flashattn::TensorView<float> out(std::vector<float>& x) { return flashattn::bshd(x.data(), 1, kN, kH, d); }
   flashattn::LseView lse_view() { return flashattn::lse_bhs(lse.data(), 1, kH, kN); }
 };
 
@@ -92,9 +95,21 @@ void bm_forward(benchmark::State& state, const Policy& policy, bool base_causal,
   report(state, t_variant, t_base, kept);
 }
 
-// The backward of each (each after its own forward, outside the timing, for its O and LSE).
+// The share of 64 x 64 cells of the N x N grid that a per-sequence policy does not skip (tile() not Empty).
 template <class Policy>
-void bm_backward(benchmark::State& state, const Policy& policy, bool base_causal, double kept) {
+double kept_share(const Policy& policy) {
+  const auto m = flashattn::policy_for(policy, flashattn::SequenceInfo{0, 0, kN, kN});
+  index_t kept = 0, all = 0;
+  for (index_t q0 = 0; q0 < kN; q0 += 64)
+    for (index_t k0 = 0; k0 < kN; k0 += 64, ++all) kept += m.tile(q0, q0 + 64, k0, k0 + 64) != flashattn::TileKind::Empty;
+  return double(kept) / double(all);
+}
+
+// The backward of each (each after its own forward, outside the timing, for its O and LSE). sink_grads: the
+// variant's call also returns the sink logits' gradient (BackwardExtras::d_sinks).
+template <class Policy>
+void bm_backward(benchmark::State& state, const Policy& policy, bool base_causal, double kept,
+                 bool sink_grads = false) {
   const int threads = int(state.range(0));
   Problem pv, pb;
   const flashattn::cpu::Context<> ctx{threads};
@@ -103,18 +118,37 @@ void bm_backward(benchmark::State& state, const Policy& policy, bool base_causal
   flashattn::attention_forward_masked(ctx, pv.in(pv.q), pv.in(pv.k), pv.in(pv.v), pv.out(pv.o), policy, {},
                                       pv.lse_view());
   flashattn::attention_forward(ctx, pb.in(pb.q), pb.in(pb.k), pb.in(pb.v), pb.out(pb.o), base, pb.lse_view());
+  std::vector<float> d_sinks(std::size_t(kH));
+  flashattn::BackwardExtras extras;
+  if (sink_grads) extras.d_sinks = d_sinks.data();
   const auto [t_variant, t_base] = alternated_medians(
       state, flashattn::bench::RateClock(threads),
       [&] {
         flashattn::attention_backward_masked(ctx, pv.in(pv.q), pv.in(pv.k), pv.in(pv.v), pv.in(pv.o),
                                              pv.in(pv.d_o), pv.lse_view(), pv.out(pv.dq), pv.out(pv.dk),
-                                             pv.out(pv.dv), policy);
+                                             pv.out(pv.dv), policy, {}, extras);
       },
       [&] {
         flashattn::attention_backward(ctx, pb.in(pb.q), pb.in(pb.k), pb.in(pb.v), pb.in(pb.o), pb.in(pb.d_o),
                                       pb.lse_view(), pb.out(pb.dq), pb.out(pb.dk), pb.out(pb.dv), base);
       });
   report(state, t_variant, t_base, kept);
+}
+
+// Head dims that are not the specialised 64 / 128: the rate (FLOP per second) at d against the rate at
+// d = 128 in the same run, plain non-causal forward (x_rate: the target is >= 0.90).
+void bm_head_dim(benchmark::State& state, index_t d) {
+  const int threads = int(state.range(0));
+  Problem pd(d), p128(128);
+  const flashattn::cpu::Context<> ctx{threads};
+  const auto [t_d, t_128] = alternated_medians(
+      state, flashattn::bench::RateClock(threads),
+      [&] { flashattn::attention_forward(ctx, pd.in(pd.q), pd.in(pd.k), pd.in(pd.v), pd.out(pd.o)); },
+      [&] { flashattn::attention_forward(ctx, p128.in(p128.q), p128.in(p128.k), p128.in(p128.v), p128.out(p128.o)); });
+  const double flops_per_d = 4.0 * double(kN) * double(kN) * double(kH);
+  state.counters["gflops_d"] = flops_per_d * double(d) / t_d * 1e-9;
+  state.counters["gflops_128"] = flops_per_d * 128.0 / t_128 * 1e-9;
+  state.counters["x_rate"] = (double(d) / t_d) / (128.0 / t_128);
 }
 
 template <class F>
@@ -171,9 +205,29 @@ int main(int argc, char** argv) {
   add("forward/alibi/builtin_full", 5, [=](benchmark::State& s) { bm_forward(s, alibi_full, false, 0); });
   add("forward/doc_causal/element_mask", 3, [=](benchmark::State& s) { bm_forward(s, doc_element, false, kept); });
   add("forward/doc_causal/block_mask", 5, [=](benchmark::State& s) { bm_forward(s, doc_block, false, kept); });
+  // gpt-oss-style learned sinks (one logit per head) over causal; the base is plain causal.
+  const auto sink_logits = std::make_shared<const std::vector<float>>(std::vector<float>{0.5f, -1.0f, 2.0f, 0.0f,
+                                                                                         1.5f, -0.5f, 1.0f, 3.0f});
+  const auto sinks_causal = flashattn::sinks(*sink_logits, flashattn::causal_mask());
+  add("forward/sinks/causal", 5, [=](benchmark::State& s) { bm_forward(s, sinks_causal, true, 0); });
+  // Structured masks, against plain non-causal, with the share of tiles they keep.
+  const auto chunked = flashattn::chunked_mask(512);
+  const auto streaming = flashattn::streaming_mask(4, 511);
+  const auto prefix = flashattn::prefix_lm_mask(512);
+  add("forward/chunked/causal_512", 5,
+      [=](benchmark::State& s) { bm_forward(s, chunked, false, kept_share(chunked)); });
+  add("forward/streaming/sinks4_window511", 5,
+      [=](benchmark::State& s) { bm_forward(s, streaming, false, kept_share(streaming)); });
+  add("forward/prefix_lm/prefix_512", 5, [=](benchmark::State& s) { bm_forward(s, prefix, false, kept_share(prefix)); });
   add("backward/softcap/builtin", 3, [=](benchmark::State& s) { bm_backward(s, cap, false, 0); });
   add("backward/alibi/builtin_causal", 3, [=](benchmark::State& s) { bm_backward(s, alibi_causal, true, 0); });
+  add("backward/sinks/causal_with_d_sinks", 3,
+      [=](benchmark::State& s) { bm_backward(s, sinks_causal, true, 0, true); });
+  add("backward/chunked/causal_512", 3,
+      [=](benchmark::State& s) { bm_backward(s, chunked, false, kept_share(chunked)); });
   add("backward/doc_causal/block_mask", 3, [=](benchmark::State& s) { bm_backward(s, doc_block, false, kept); });
+  for (index_t d : {72, 80, 96, 112, 192, 256})
+    add("forward/head_dim/d:" + std::to_string(d), 3, [=](benchmark::State& s) { bm_head_dim(s, d); });
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
 }

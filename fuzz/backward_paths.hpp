@@ -3,7 +3,8 @@
 // flashattn/varlen.hpp). A valid options-mask problem on a type's default tiles is copied into contiguous
 // tensors, its forward run for O and the LSE, and a fuzzed dO drawn; then:
 //   - the dense backward (on the chosen thread count) and the packed varlen backward of the same problem
-//     as a batch of equal lengths (on the other) must give the same bits: same tiles, and the backward's
+//     as a batch of equal lengths (on the other), half the time both with a gradient of the LSE
+//     (BackwardExtras::d_lse), must give the same bits: same tiles, and the backward's
 //     bits do not depend on the thread count;
 //   - with finite inputs of moderate size (|x| <= 4, scale <= 4, no subnormals: the bf16 dot-product kernels read
 //     those as 0), dq, dk, dv must meet the tolerance rule against the fp64 gradients of
@@ -72,6 +73,23 @@ void check_backward_paths_on(FuzzedDataProvider& fdp, const Problem& p, const fa
     cu_k.push_back(std::int32_t(b * Sk));
   }
 
+  // Half the time a gradient of the LSE too (BackwardExtras::d_lse), in the LSE's layout; the reference
+  // reads it as (batch, heads, seq_q).
+  const bool with_d_lse = fdp.ConsumeBool();
+  std::vector<float> d_lse_buf(lse_buf.size());
+  for (float& x : d_lse_buf) x = float(rng.symmetric());
+  std::vector<double> d_lse_bhs(d_lse_buf.size());
+  for (index_t b = 0; b < B; ++b)
+    for (index_t h = 0; h < H; ++h)
+      for (index_t i = 0; i < Sq; ++i)
+        d_lse_bhs[std::size_t((b * H + h) * Sq + i)] = d_lse_buf[std::size_t(h * B * Sq + b * Sq + i)];
+  fa::BackwardExtras dense_extras, packed_extras;
+  if (with_d_lse) {
+    dense_extras.d_lse = fa::LseView{d_lse_buf.data(), B, H, Sq, Sq, B * Sq, 1};
+    packed_extras.d_lse = fa::lse_packed(d_lse_buf.data(), H, total_q);
+  }
+  const double* ref_d_lse = with_d_lse ? d_lse_bhs.data() : nullptr;
+
   using Ctx = fa::cpu::Context<Tiles>;
   const int other_threads = p.threads == 1 ? 2 : 1;
   std::vector<T> dq1(qp.size(), poison<T>()), dk1(kp.size(), poison<T>()), dv1(kp.size(), poison<T>());
@@ -81,7 +99,8 @@ void check_backward_paths_on(FuzzedDataProvider& fdp, const Problem& p, const fa
                           fa::bshd(o.data(), B, Sq, H, D), p.opts, lse_dense);
     fa::attention_backward(Ctx{p.threads}, dense(qp, Sq, H), dense(kp, Sk, Hkv), dense(vp, Sk, Hkv),
                            dense(o, Sq, H), dense(d_o, Sq, H), lse_dense, fa::bshd(dq1.data(), B, Sq, H, D),
-                           fa::bshd(dk1.data(), B, Sk, Hkv, D), fa::bshd(dv1.data(), B, Sk, Hkv, D), p.opts);
+                           fa::bshd(dk1.data(), B, Sk, Hkv, D), fa::bshd(dv1.data(), B, Sk, Hkv, D), p.opts,
+                           dense_extras);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "exception: %s\n", e.what());
     finding("a valid backward call threw");
@@ -108,7 +127,7 @@ void check_backward_paths_on(FuzzedDataProvider& fdp, const Problem& p, const fa
                                   fa::packed<const T>(d_o.data(), total_q, H, D),
                                   fa::lse_packed(lse_buf.data(), H, total_q), fa::packed(dq2.data(), total_q, H, D),
                                   fa::packed(dk2.data(), total_k, Hkv, D), fa::packed(dv2.data(), total_k, Hkv, D),
-                                  fa::PackedBatch{bad_q.data(), bad_k.data(), B}, p.opts);
+                                  fa::PackedBatch{bad_q.data(), bad_k.data(), B}, p.opts, packed_extras);
   } catch (const fa::InvalidArgument&) {
     threw = true;
   } catch (const std::exception& e) {
@@ -134,9 +153,10 @@ void check_backward_paths_on(FuzzedDataProvider& fdp, const Problem& p, const fa
     if (!(scale <= 4.0)) return;
     const fa::BandMask mask = fa::BandMask::window(Sq, Sk, p.opts.window_left, p.opts.causal ? 0 : p.opts.window_right);
     const auto exact = fa::testing::reference_backward<double>(dense(qp, Sq, H), dense(kp, Sk, Hkv),
-                                                               dense(vp, Sk, Hkv), dense(d_o, Sq, H), scale, mask);
+                                                               dense(vp, Sk, Hkv), dense(d_o, Sq, H), scale, mask,
+                                                               {}, ref_d_lse);
     const auto naive = fa::testing::reference_backward<fa::cpu::acc_t<T>, T>(
-        dense(qp, Sq, H), dense(kp, Sk, Hkv), dense(vp, Sk, Hkv), dense(d_o, Sq, H), scale, mask);
+        dense(qp, Sq, H), dense(kp, Sk, Hkv), dense(vp, Sk, Hkv), dense(d_o, Sq, H), scale, mask, {}, ref_d_lse);
     FUZZ_CHECK(meets_tolerance(dq1, naive.dq, exact.dq), "dq misses the tolerance rule against fp64");
     FUZZ_CHECK(meets_tolerance(dk1, naive.dk, exact.dk), "dk misses the tolerance rule against fp64");
     FUZZ_CHECK(meets_tolerance(dv1, naive.dv, exact.dv), "dv misses the tolerance rule against fp64");

@@ -197,8 +197,13 @@ struct Tensor {
 };
 
 // BlockSparse: block_mask over the Element bits (cells of block_cell); SoftcapBuiltin, AlibiBuiltin: the
-// built-ins of core/score_variants.hpp, evaluated on lanes, against the reference's scalar functors.
-enum class MaskKind { Options, Element, Softcap, SoftcapBand, Alibi, Sink, BlockSparse, SoftcapBuiltin, AlibiBuiltin, Count };
+// built-ins of core/score_variants.hpp, evaluated on lanes, against the reference's scalar functors;
+// Structured: chunked_mask / prefix_lm_mask / streaming_mask against element masks of their definitions;
+// SinksBuiltin: sinks(logits, band) against the reference's sink policy.
+enum class MaskKind {
+  Options, Element, Softcap, SoftcapBand, Alibi, Sink, BlockSparse, SoftcapBuiltin, AlibiBuiltin, Structured,
+  SinksBuiltin, Count
+};
 
 struct Problem {
   index_t batch = 1, seq_q = 1, seq_k = 1, heads_q = 1, heads_kv = 1, dim = 1;
@@ -212,6 +217,10 @@ struct Problem {
   std::vector<std::uint8_t> bits;  // ElementMask and BlockSparse, (seq_q, seq_k)
   index_t block_cell = 1;          // BlockSparse: the map's cell (block_cell x block_cell + 1)
   std::vector<float> slopes;       // AlibiBuiltin: one per query head
+  std::vector<float> sink_logits;  // SinksBuiltin: one per query head (sink + h / 4, as SinkPolicy)
+  int structure = 0;               // Structured: 0 chunked causal, 1 chunked both ways, 2 prefix-LM, 3 streaming
+  index_t structure_size = 1;      // the chunk, the prefix, or the sink tokens
+  index_t structure_window = -1;   // streaming: the window (negative: unbounded)
   bool want_lse = false;
 };
 
@@ -221,6 +230,23 @@ struct RefBand {
   bool keep(index_t i, index_t j) const {
     const index_t diag = i + seq_k - seq_q;
     return (left < 0 || j >= diag - left) && (right < 0 || j <= diag + right);
+  }
+};
+
+// The structured masks as documented (p = i + seq_k − seq_q, the query's diagonal position).
+struct RefStructured {
+  index_t seq_q, seq_k;
+  int kind;
+  index_t size, window;
+  static index_t chunk_of(index_t x, index_t c) { return x >= 0 ? x / c : -((-x + c - 1) / c); }
+  bool operator()(index_t i, index_t j) const {
+    const index_t p = i + seq_k - seq_q;
+    switch (kind) {
+      case 0: return chunk_of(p, size) == chunk_of(j, size) && j <= p;
+      case 1: return chunk_of(p, size) == chunk_of(j, size);
+      case 2: return j < size || j <= p;
+      default: return j <= p && (j < size || window < 0 || j >= p - window);
+    }
   }
 };
 
@@ -338,6 +364,24 @@ void with_masks(const Problem& p, F&& f) {
       }
       return f(fa::alibi(p.slopes, fa::NoMask{p.seq_k}),
                AlibiSlopesPolicy<fa::NoMask>{fa::NoMask{p.seq_k}, &p.slopes, p.seq_q, p.seq_k});
+    }
+    case MaskKind::Structured: {
+      const auto ref = fa::element_mask(
+          p.seq_k, RefStructured{p.seq_q, p.seq_k, p.structure, p.structure_size, p.structure_window});
+      switch (p.structure) {
+        case 0: return f(fa::chunked_mask(p.structure_size), ref);
+        case 1: return f(fa::chunked_mask(p.structure_size, false), ref);
+        case 2: return f(fa::prefix_lm_mask(p.structure_size), ref);
+        default: return f(fa::streaming_mask(p.structure_size, p.structure_window), ref);
+      }
+    }
+    case MaskKind::SinksBuiltin: {
+      if (p.band) {
+        using RefBase = decltype(ref_keep(mod_band));
+        return f(fa::sinks(p.sink_logits, lib_band), SinkPolicy<RefBase>{ref_keep(mod_band), p.sink, p.heads_q});
+      }
+      return f(fa::sinks(p.sink_logits, fa::NoMask{p.seq_k}),
+               SinkPolicy<fa::NoMask>{fa::NoMask{p.seq_k}, p.sink, p.heads_q});
     }
     case MaskKind::Softcap:
     case MaskKind::SoftcapBand: {
@@ -760,13 +804,19 @@ void run(FuzzedDataProvider& fdp) {
         for (index_t j = 0; j < p.seq_k; ++j)
           if ((i / p.block_cell + j / (p.block_cell + 1)) % 3 != 0)
             p.bits[std::size_t(i * p.seq_k + j)] = (i / p.block_cell + j / (p.block_cell + 1)) % 3 == 1;
+  } else if (p.mask == MaskKind::Structured) {
+    p.structure = fdp.ConsumeIntegralInRange(0, 3);
+    p.structure_size = index_t(fdp.ConsumeIntegralInRange(p.structure <= 1 ? 1 : 0, 80));
+    p.structure_window = window();
   } else {
     static constexpr double kCaps[] = {1.0, 5.0, 30.0, 50.0};
     p.softcap = kCaps[fdp.ConsumeIntegralInRange(0, 3)];
     p.alibi_base = fdp.ConsumeIntegralInRange(0, 3) * 0.5;
     p.band = p.mask == MaskKind::SoftcapBand || fdp.ConsumeBool();
     static constexpr float kSinks[] = {-std::numeric_limits<float>::infinity(), -2.5f, 0.0f, 1.3f, 8.0f};
-    if (p.mask == MaskKind::Sink) p.sink = kSinks[fdp.ConsumeIntegralInRange(0, 4)];
+    if (p.mask == MaskKind::Sink || p.mask == MaskKind::SinksBuiltin) p.sink = kSinks[fdp.ConsumeIntegralInRange(0, 4)];
+    if (p.mask == MaskKind::SinksBuiltin)
+      for (index_t h = 0; h < p.heads_q; ++h) p.sink_logits.push_back(p.sink + float(h) / 4);
     if (p.mask == MaskKind::AlibiBuiltin) {
       p.slopes = fa::alibi_slopes(p.heads_q);
       for (float& slope : p.slopes) slope *= float(p.alibi_base);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "expect_invalid.hpp"
 #include "flashattn/backward.hpp"
 #include "flashattn/core/block_mask.hpp"
 #include "flashattn/core/masks.hpp"
@@ -190,16 +191,6 @@ TEST(BlockMask, SkipsTheTilesOfEmptyCells) {
 }
 
 // ---- Bad inputs -------------------------------------------------------------------------------------------
-
-template <class F>
-void expect_invalid(F&& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception; expected one mentioning '" << needle << "'";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
 
 TEST(BlockMaskErrors, BadMapsAndLengths) {
   const auto keep = [](index_t, index_t) { return true; };

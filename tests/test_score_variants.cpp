@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "expect_invalid.hpp"
 #include "flashattn/backward.hpp"
 #include "flashattn/core/lanes.hpp"
 #include "flashattn/core/score_math.hpp"
@@ -200,16 +201,6 @@ TEST(LaneScores, BackwardSameBitsAsOneScoreAtATime) {
 }
 
 // ---- Bad arguments -----------------------------------------------------------------------------------------
-
-template <class F>
-void expect_invalid(F&& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception; expected one mentioning '" << needle << "'";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
 
 TEST(BuiltinVariantErrors, CapsAndSlopes) {
   expect_invalid([] { soft_cap(0.0f, no_mask()); }, "soft_cap: cap must be positive and finite, got cap=0");

@@ -1,8 +1,11 @@
 #pragma once
 // The backward entry points: the gradients of attention_forward's output with respect to q, k and v.
 //
-//   attention_backward([ctx,] q, k, v, o, d_o, lse, dq, dk, dv, options)
-//   attention_backward_masked([ctx,] q, k, v, o, d_o, lse, dq, dk, dv, policy, options)
+//   attention_backward([ctx,] q, k, v, o, d_o, lse, dq, dk, dv, options[, extras])
+//   attention_backward_masked([ctx,] q, k, v, o, d_o, lse, dq, dk, dv, policy, options[, extras])
+//
+// extras (optional, core/backward_params.hpp): dLoss/dLSE as an input, and the sink logits' gradient as
+// an output for a policy with sinks.
 //
 // q, k, v, options (or policy): exactly those of the forward call; o and lse: its output and saved
 // log-sum-exp (the LSE is required: the probabilities are recomputed tile by tile from it, FlashAttention
@@ -35,8 +38,9 @@ void attention_backward(const Context& ctx, detail::nondeduced<TensorView<const 
                         detail::nondeduced<TensorView<const T>> k, detail::nondeduced<TensorView<const T>> v,
                         detail::nondeduced<TensorView<const T>> o, detail::nondeduced<TensorView<const T>> d_o,
                         LseView lse, TensorView<T> dq, detail::nondeduced<TensorView<T>> dk,
-                        detail::nondeduced<TensorView<T>> dv, const AttentionOptions& options = {}) {
-  const BackwardParams<T> p = make_backward_params<T>(q, k, v, o, d_o, lse, dq, dk, dv, options);
+                        detail::nondeduced<TensorView<T>> dv, const AttentionOptions& options = {},
+                        const BackwardExtras& extras = {}) {
+  const BackwardParams<T> p = make_backward_params<T>(q, k, v, o, d_o, lse, dq, dk, dv, options, extras);
   validate_context(ctx, p.q.dim);
   if (p.q.batch == 0) return;  // nothing to compute: a defined no-op
   dispatch_backward(ctx, p, options);
@@ -47,8 +51,8 @@ void attention_backward(detail::nondeduced<TensorView<const T>> q, detail::nonde
                         detail::nondeduced<TensorView<const T>> v, detail::nondeduced<TensorView<const T>> o,
                         detail::nondeduced<TensorView<const T>> d_o, LseView lse, TensorView<T> dq,
                         detail::nondeduced<TensorView<T>> dk, detail::nondeduced<TensorView<T>> dv,
-                        const AttentionOptions& options = {}) {
-  attention_backward<cpu::Context<>, T>(cpu::Context<>{}, q, k, v, o, d_o, lse, dq, dk, dv, options);
+                        const AttentionOptions& options = {}, const BackwardExtras& extras = {}) {
+  attention_backward<cpu::Context<>, T>(cpu::Context<>{}, q, k, v, o, d_o, lse, dq, dk, dv, options, extras);
 }
 
 // As attention_backward, with the policy the forward was given (attention_forward_masked).
@@ -58,10 +62,11 @@ void attention_backward_masked(const Context& ctx, detail::nondeduced<TensorView
                                detail::nondeduced<TensorView<const T>> o, detail::nondeduced<TensorView<const T>> d_o,
                                LseView lse, TensorView<T> dq, detail::nondeduced<TensorView<T>> dk,
                                detail::nondeduced<TensorView<T>> dv, const Mask& mask,
-                               const AttentionOptions& options = {}) {
+                               const AttentionOptions& options = {}, const BackwardExtras& extras = {}) {
   if (options.has_window())
     detail::reject_window_with_policy("score_mod(BandMask::causal(seq_q, seq_k), fn, grad_fn)");
-  const BackwardParams<T> p = make_backward_params<T>(q, k, v, o, d_o, lse, dq, dk, dv, options);
+  constexpr bool has_sink = has_sink_v<decltype(policy_for(mask, SequenceInfo{}))>;
+  const BackwardParams<T> p = make_backward_params<T>(q, k, v, o, d_o, lse, dq, dk, dv, options, extras, has_sink);
   validate_context(ctx, p.q.dim);
   check_policy_lengths(mask, q.seq, k.seq);
   check_policy_heads(mask, q.heads);
@@ -74,8 +79,10 @@ void attention_backward_masked(detail::nondeduced<TensorView<const T>> q, detail
                                detail::nondeduced<TensorView<const T>> v, detail::nondeduced<TensorView<const T>> o,
                                detail::nondeduced<TensorView<const T>> d_o, LseView lse, TensorView<T> dq,
                                detail::nondeduced<TensorView<T>> dk, detail::nondeduced<TensorView<T>> dv,
-                               const Mask& mask, const AttentionOptions& options = {}) {
-  attention_backward_masked<cpu::Context<>, T>(cpu::Context<>{}, q, k, v, o, d_o, lse, dq, dk, dv, mask, options);
+                               const Mask& mask, const AttentionOptions& options = {},
+                               const BackwardExtras& extras = {}) {
+  attention_backward_masked<cpu::Context<>, T>(cpu::Context<>{}, q, k, v, o, d_o, lse, dq, dk, dv, mask, options,
+                                               extras);
 }
 
 }  // namespace flashattn

@@ -133,8 +133,10 @@ template <class T>
 BackwardParams<T, PackedLengths> make_varlen_backward_params(
     const TensorView<const T>& q, const TensorView<const T>& k, const TensorView<const T>& v,
     const TensorView<const T>& o, const TensorView<const T>& d_o, const LseView& lse, const TensorView<T>& dq,
-    const TensorView<T>& dk, const TensorView<T>& dv, const PackedBatch& seqs, const AttentionOptions& opts) {
+    const TensorView<T>& dk, const TensorView<T>& dv, const PackedBatch& seqs, const AttentionOptions& opts,
+    const BackwardExtras& extras = {}) {
   detail::check_backward_views(q, k, v, o, d_o, lse, dq, dk, dv);
+  detail::check_backward_extras(extras, false, q, k, v, o, d_o, lse, dq, dk, dv);
   PackedLengths lengths;
   detail::check_packed_batch(q, k, seqs, lengths);
   // The programs read the offsets while they write the gradients.
@@ -148,7 +150,8 @@ BackwardParams<T, PackedLengths> make_varlen_backward_params(
       if (out_span.overlaps(span)) detail::fail(detail::overlap(out_name, out_span, "argument", name, span));
   }
   return BackwardParams<T, PackedLengths>{
-      q, k, v, o, d_o, lse, dq, dk, dv, lengths, detail::resolve_scale(opts, q.dim), q.heads / k.heads};
+      q,       k, v, o, d_o, lse, dq, dk, dv, lengths, detail::resolve_scale(opts, q.dim), q.heads / k.heads,
+      extras.d_lse, nullptr};
 }
 
 template <class Context, class T, class = detail::if_context<Context>>
@@ -157,8 +160,8 @@ void attention_backward_varlen(const Context& ctx, detail::nondeduced<TensorView
                                detail::nondeduced<TensorView<const T>> o, detail::nondeduced<TensorView<const T>> d_o,
                                LseView lse, TensorView<T> dq, detail::nondeduced<TensorView<T>> dk,
                                detail::nondeduced<TensorView<T>> dv, const PackedBatch& seqs,
-                               const AttentionOptions& options = {}) {
-  const auto p = make_varlen_backward_params<T>(q, k, v, o, d_o, lse, dq, dk, dv, seqs, options);
+                               const AttentionOptions& options = {}, const BackwardExtras& extras = {}) {
+  const auto p = make_varlen_backward_params<T>(q, k, v, o, d_o, lse, dq, dk, dv, seqs, options, extras);
   validate_context(ctx, p.q.dim);
   if (p.batch() == 0) return;
   dispatch_backward(ctx, p, options);
@@ -169,8 +172,10 @@ void attention_backward_varlen(detail::nondeduced<TensorView<const T>> q, detail
                                detail::nondeduced<TensorView<const T>> v, detail::nondeduced<TensorView<const T>> o,
                                detail::nondeduced<TensorView<const T>> d_o, LseView lse, TensorView<T> dq,
                                detail::nondeduced<TensorView<T>> dk, detail::nondeduced<TensorView<T>> dv,
-                               const PackedBatch& seqs, const AttentionOptions& options = {}) {
-  attention_backward_varlen<cpu::Context<>, T>(cpu::Context<>{}, q, k, v, o, d_o, lse, dq, dk, dv, seqs, options);
+                               const PackedBatch& seqs, const AttentionOptions& options = {},
+                               const BackwardExtras& extras = {}) {
+  attention_backward_varlen<cpu::Context<>, T>(cpu::Context<>{}, q, k, v, o, d_o, lse, dq, dk, dv, seqs, options,
+                                               extras);
 }
 
 }  // namespace flashattn

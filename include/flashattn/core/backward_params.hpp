@@ -8,6 +8,17 @@
 
 namespace flashattn {
 
+// What a backward call may take and give beyond dq, dk and dv; both optional (the last argument of
+// attention_backward / attention_backward_masked / attention_backward_varlen).
+struct BackwardExtras {
+  // dLoss/dLSE, shaped like the call's lse: for a loss that also reads the forward's LSE (ring
+  // attention's merge, a z-loss). Enters the gradients as D_i − dLSE_i (docs/backward.md).
+  LseView d_lse{};
+  // Receives dLoss/d(sink logit) for each query head (heads_q floats, overwritten), summed over the batch
+  // and rows: for a policy with a sink (sinks(...)) whose logits are learned. Needs such a policy.
+  float* d_sinks = nullptr;
+};
+
 template <class T, class Layout = EqualLengths>
 struct BackwardParams {
   TensorView<const T> q;    // (batch, seq_q, heads_q, dim)
@@ -22,6 +33,8 @@ struct BackwardParams {
   Layout seqs;              // per-entry query and key counts
   double scale = 1.0;       // resolved: never unset here
   index_t group = 1;        // heads_q / heads_kv: query head h reads KV head h / group
+  LseView d_lse{};          // dLoss/dLSE, shaped like lse; empty: none (BackwardExtras)
+  float* d_sinks = nullptr; // receives dLoss/d sink logit per query head; null: not wanted
 
   index_t kv_head(index_t h) const { return h / group; }
   index_t batch() const { return seqs.batch; }
@@ -34,6 +47,7 @@ struct BackwardParams {
     e.d_o = seqs.entry_rows(d_o, b);
     e.dq = seqs.entry_rows(dq, b);
     e.lse = seqs.entry_rows(lse, b);
+    if (!d_lse.empty()) e.d_lse = seqs.entry_rows(d_lse, b);
     e.k = seqs.entry_key_rows(k, b);
     e.v = seqs.entry_key_rows(v, b);
     e.dk = seqs.entry_key_rows(dk, b);

@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "flashattn/core/backward_params.hpp"
 #include "flashattn/core/sequence.hpp"
@@ -136,6 +137,45 @@ void check_backward_views(const TensorView<const T>& q, const TensorView<const T
   }
 }
 
+// The checks of a call's BackwardExtras. d_lse: the lse's shape, apart from the outputs (it is read while
+// they are written). d_sinks: only for a policy with a sink (`policy_has_sink`), heads_q floats apart from
+// every other argument (it is written after the gradients' first pass has read them).
+template <class T>
+void check_backward_extras(const BackwardExtras& x, bool policy_has_sink, const TensorView<const T>& q,
+                           const TensorView<const T>& k, const TensorView<const T>& v,
+                           const TensorView<const T>& o, const TensorView<const T>& d_o, const LseView& lse,
+                           const TensorView<T>& dq, const TensorView<T>& dk, const TensorView<T>& dv) {
+  const std::pair<const char*, ByteSpan> outputs[] = {
+      {"dq", check_view("dq", dq)}, {"dk", check_view("dk", dk)}, {"dv", check_view("dv", dv)}};
+  const auto lse_span_of = [](const LseView& l, const char* name) {
+    return checked_span<3>([&] { return std::string(name) + " " + describe(l); }, l.data, sizeof(float),
+                           {l.batch, l.heads, l.seq}, {l.stride_batch, l.stride_head, l.stride_seq},
+                           {"batch", "heads", "seq"});
+  };
+  ByteSpan d_lse_span;
+  if (!x.d_lse.empty()) {
+    if (x.d_lse.batch != lse.batch || x.d_lse.heads != lse.heads || x.d_lse.seq != lse.seq)
+      fail("extras.d_lse must have lse's shape (batch, heads_q, seq_q) = (" + std::to_string(lse.batch) + ", " +
+           std::to_string(lse.heads) + ", " + std::to_string(lse.seq) + "), got " + describe(x.d_lse));
+    d_lse_span = lse_span_of(x.d_lse, "extras.d_lse");
+    for (const auto& [name, span] : outputs)
+      if (span.overlaps(d_lse_span)) fail(std::string(name) + " overlaps the memory of input extras.d_lse");
+  }
+  if (x.d_sinks != nullptr) {
+    if (!policy_has_sink)
+      fail("extras.d_sinks is set, but the call's policy has no sink (sink_logit()): pass sinks(logits, mask) "
+           "to attention_backward_masked, as to the forward");
+    const auto begin = reinterpret_cast<std::uintptr_t>(x.d_sinks);
+    const ByteSpan sinks_span{begin, begin + std::uintptr_t(q.heads) * sizeof(float)};
+    const std::pair<const char*, ByteSpan> others[] = {
+        {"q", check_view("q", q)},     {"k", check_view("k", k)},     {"v", check_view("v", v)},
+        {"o", check_view("o", o)},     {"d_o", check_view("d_o", d_o)}, {"lse", lse_span_of(lse, "lse")},
+        {"extras.d_lse", d_lse_span}, outputs[0], outputs[1], outputs[2]};
+    for (const auto& [name, span] : others)
+      if (sinks_span.overlaps(span)) fail(std::string("extras.d_sinks overlaps the memory of ") + name);
+  }
+}
+
 }  // namespace detail
 
 // Validates a backward call and resolves its options.
@@ -144,10 +184,12 @@ BackwardParams<T> make_backward_params(const TensorView<const T>& q, const Tenso
                                        const TensorView<const T>& v, const TensorView<const T>& o,
                                        const TensorView<const T>& d_o, const LseView& lse, const TensorView<T>& dq,
                                        const TensorView<T>& dk, const TensorView<T>& dv,
-                                       const AttentionOptions& opts) {
+                                       const AttentionOptions& opts, const BackwardExtras& extras = {},
+                                       bool policy_has_sink = false) {
   detail::check_backward_views(q, k, v, o, d_o, lse, dq, dk, dv);
+  detail::check_backward_extras(extras, policy_has_sink, q, k, v, o, d_o, lse, dq, dk, dv);
   return BackwardParams<T>{q,  k,  v,  o, d_o, lse, dq, dk, dv, EqualLengths{q.batch, q.seq, k.seq},
-                           detail::resolve_scale(opts, q.dim), q.heads / k.heads};
+                           detail::resolve_scale(opts, q.dim), q.heads / k.heads, extras.d_lse, extras.d_sinks};
 }
 
 }  // namespace flashattn

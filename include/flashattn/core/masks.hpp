@@ -85,6 +85,91 @@ struct BandMask {
   FLASHATTN_HOST_DEVICE index_t clamp_key(index_t j) const { return std::min(std::max(j, index_t{0}), seq_k); }
 };
 
+// A mask whose kept keys for query i form one interval of key positions, [rule.lo(p), rule.hi(p)] with
+// p = i + offset the query's position on the bottom-right diagonal (offset = seq_k − seq_q), where lo and
+// hi never decrease as p grows. Then a block of rows keeps keys within [lo(first row), hi(last row)], a
+// tile is Full exactly when its last row keeps its first key and its first row its last key, and the
+// queries that keep key j form one interval too, positions [rule.first(j), rule.last(j)], which the rule
+// gives: kernels skip and mask by ranges, as for a band. Chunked and prefix-LM attention are such rules.
+template <class Rule>
+struct RangeMask {
+  Rule rule;
+  index_t seq_k = 0;
+  index_t offset = 0;  // seq_k − seq_q
+
+  FLASHATTN_HOST_DEVICE index_t lowest_key(index_t i) const { return rule.lo(i + offset); }
+  FLASHATTN_HOST_DEVICE index_t highest_key(index_t i) const { return rule.hi(i + offset); }
+  FLASHATTN_HOST_DEVICE bool keep(index_t i, index_t j) const { return j >= lowest_key(i) && j <= highest_key(i); }
+  FLASHATTN_HOST_DEVICE index_t lowest_query(index_t j) const { return rule.first(j) - offset; }
+  FLASHATTN_HOST_DEVICE index_t highest_query(index_t j) const { return rule.last(j) - offset; }
+
+  FLASHATTN_HOST_DEVICE index_t kv_begin(index_t q0, index_t /*q1*/) const { return clamp_key(lowest_key(q0)); }
+  FLASHATTN_HOST_DEVICE index_t kv_end(index_t q0, index_t q1) const {
+    return std::max(kv_begin(q0, q1), clamp_key(highest_key(q1 - 1) + 1));
+  }
+  FLASHATTN_HOST_DEVICE TileKind tile(index_t q0, index_t q1, index_t k0, index_t k1) const {
+    if (k1 - 1 < lowest_key(q0) || k0 > highest_key(q1 - 1)) return TileKind::Empty;
+    if (k0 >= lowest_key(q1 - 1) && k1 - 1 <= highest_key(q0)) return TileKind::Full;
+    return TileKind::Partial;
+  }
+
+ private:
+  FLASHATTN_HOST_DEVICE index_t clamp_key(index_t j) const { return std::min(std::max(j, index_t{0}), seq_k); }
+};
+
+// Chunked local attention (Llama 4): positions are cut into chunks of `chunk`, and a query keeps the keys
+// of its own chunk only, those at or before it when `causal`.
+struct ChunkRule {
+  index_t chunk = 1;  // >= 1
+  bool causal = true;
+
+  FLASHATTN_HOST_DEVICE index_t start(index_t p) const {  // the first position of p's chunk (floor division)
+    const index_t q = p / chunk;
+    return (q - (p % chunk != 0 && p < 0 ? 1 : 0)) * chunk;
+  }
+  FLASHATTN_HOST_DEVICE index_t lo(index_t p) const { return start(p); }
+  FLASHATTN_HOST_DEVICE index_t hi(index_t p) const { return causal ? p : start(p) + chunk - 1; }
+  FLASHATTN_HOST_DEVICE index_t first(index_t j) const { return causal ? j : start(j); }
+  FLASHATTN_HOST_DEVICE index_t last(index_t j) const { return start(j) + chunk - 1; }
+};
+
+// Prefix-LM: the first `prefix` keys are seen by every query (a bidirectional prefix), the rest causally.
+struct PrefixLmRule {
+  index_t prefix = 0;  // >= 0
+
+  FLASHATTN_HOST_DEVICE index_t lo(index_t) const { return 0; }
+  FLASHATTN_HOST_DEVICE index_t hi(index_t p) const { return std::max(prefix - 1, p); }
+  FLASHATTN_HOST_DEVICE index_t first(index_t j) const { return j < prefix ? -BandMask::kUnbounded : j; }
+  FLASHATTN_HOST_DEVICE index_t last(index_t) const { return BandMask::kUnbounded; }
+};
+
+// StreamingLLM: the first `sink_tokens` keys plus a causal window of `band`, each causal. The kept keys
+// of a query are two intervals, so a Partial tile is masked per element; tiles between the sink tokens and
+// the window are Empty and skipped.
+struct StreamingMask {
+  BandMask band;  // causal window: right = 0
+  index_t sink_tokens = 0;
+
+  FLASHATTN_HOST_DEVICE bool keep(index_t i, index_t j) const {
+    return band.keep(i, j) || (j < sink_tokens && j <= i + band.offset);
+  }
+  FLASHATTN_HOST_DEVICE index_t kv_begin(index_t q0, index_t q1) const {
+    return sink_tokens > 0 ? 0 : band.kv_begin(q0, q1);
+  }
+  FLASHATTN_HOST_DEVICE index_t kv_end(index_t q0, index_t q1) const {
+    return std::max(kv_begin(q0, q1), band.kv_end(q0, q1));
+  }
+  FLASHATTN_HOST_DEVICE TileKind tile(index_t q0, index_t q1, index_t k0, index_t k1) const {
+    const TileKind window = band.tile(q0, q1, k0, k1);
+    if (window == TileKind::Full || k0 >= sink_tokens) return window;
+    // Keys [k0, min(k1, sink_tokens)) are sink tokens, each kept by the rows at or after it.
+    const index_t first_pos = q0 + band.offset, last_pos = q1 - 1 + band.offset;
+    if (k1 <= sink_tokens && k1 - 1 <= first_pos) return TileKind::Full;
+    if (k0 > last_pos && window == TileKind::Empty) return TileKind::Empty;
+    return TileKind::Partial;
+  }
+};
+
 // Whether a policy names, for each key j, the one interval of queries that keep it (lowest_query(j),
 // highest_query(j)).
 template <class Mask, class = void>
@@ -183,6 +268,27 @@ struct BandEachSequence {
   index_t left = -1, right = -1;  // AttentionOptions' convention: negative is unbounded
   FLASHATTN_HOST_DEVICE BandMask for_sequence(const SequenceInfo& s) const {
     return BandMask::window(s.seq_q, s.seq_k, left, right);
+  }
+};
+
+// Chunked, prefix-LM and streaming masks per sequence (score_variants.hpp's chunked_mask, prefix_lm_mask,
+// streaming_mask), bottom-right aligned like the band.
+struct ChunkedEachSequence {
+  ChunkRule rule;
+  FLASHATTN_HOST_DEVICE RangeMask<ChunkRule> for_sequence(const SequenceInfo& s) const {
+    return {rule, s.seq_k, s.seq_k - s.seq_q};
+  }
+};
+struct PrefixLmEachSequence {
+  PrefixLmRule rule;
+  FLASHATTN_HOST_DEVICE RangeMask<PrefixLmRule> for_sequence(const SequenceInfo& s) const {
+    return {rule, s.seq_k, s.seq_k - s.seq_q};
+  }
+};
+struct StreamingEachSequence {
+  index_t sink_tokens = 0, window_left = -1;
+  FLASHATTN_HOST_DEVICE StreamingMask for_sequence(const SequenceInfo& s) const {
+    return {BandMask::window(s.seq_q, s.seq_k, window_left, 0), sink_tokens};
   }
 };
 

@@ -2,11 +2,17 @@
 // Built-in score variants, each a one-line policy over a mask (variants.hpp describes the hooks):
 //   soft_cap(cap, mask)        s -> cap·tanh(s / cap)               (Gemma 2, Grok)
 //   alibi(slopes, mask)        s -> s − slope_h·|i + off − j|       (ALiBi; off = seq_k − seq_q, per sequence)
+//   sinks(logits, mask)        one more logit, logits[h], in every row's softmax denominator (gpt-oss);
+//                              its gradient: BackwardExtras::d_sinks
+// Each takes another variant as its `mask` too (sinks(logits, soft_cap(30, causal_mask()))): the inner
+// score change applies first.
 // `mask` is any mask policy, or one built per sequence from its lengths: causal_mask(), window_mask(l, r),
-// no_mask() (the masks AttentionOptions describe, bottom-right aligned). Both variants are written
+// no_mask() (the masks AttentionOptions describe, bottom-right aligned), chunked_mask(chunk[, causal]),
+// prefix_lm_mask(prefix), streaming_mask(sink_tokens, window_left). Both variants are written
 // generically (lane_scores), so the CPU backend evaluates them a packet at a time, and both give the
 // backward their derivative.
 
+#include <cmath>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -25,36 +31,23 @@ namespace flashattn {
 inline NoMaskEachSequence no_mask() { return {}; }
 inline BandEachSequence causal_mask() { return {-1, 0}; }
 inline BandEachSequence window_mask(index_t left, index_t right) { return {left, right}; }
-
-// The mask members of `base`, forwarded, including the optional interval members where the base has them
-// (so that a variant over a band is still masked by ranges).
-template <class Base>
-struct ForwardsMask {
-  Base base;
-
-  FLASHATTN_HOST_DEVICE index_t kv_begin(index_t q0, index_t q1) const { return base.kv_begin(q0, q1); }
-  FLASHATTN_HOST_DEVICE index_t kv_end(index_t q0, index_t q1) const { return base.kv_end(q0, q1); }
-  FLASHATTN_HOST_DEVICE TileKind tile(index_t q0, index_t q1, index_t k0, index_t k1) const {
-    return base.tile(q0, q1, k0, k1);
-  }
-  FLASHATTN_HOST_DEVICE bool keep(index_t i, index_t j) const { return base.keep(i, j); }
-  template <class B = Base>
-  FLASHATTN_HOST_DEVICE auto lowest_query(index_t j) const -> decltype(std::declval<const B&>().lowest_query(j)) {
-    return base.lowest_query(j);
-  }
-  template <class B = Base>
-  FLASHATTN_HOST_DEVICE auto highest_query(index_t j) const -> decltype(std::declval<const B&>().highest_query(j)) {
-    return base.highest_query(j);
-  }
-  template <class B = Base>
-  FLASHATTN_HOST_DEVICE auto lowest_key(index_t i) const -> decltype(std::declval<const B&>().lowest_key(i)) {
-    return base.lowest_key(i);
-  }
-  template <class B = Base>
-  FLASHATTN_HOST_DEVICE auto highest_key(index_t i) const -> decltype(std::declval<const B&>().highest_key(i)) {
-    return base.highest_key(i);
-  }
-};
+// Queries keep only the keys of their own chunk of `chunk` positions (at or before them when causal).
+inline ChunkedEachSequence chunked_mask(index_t chunk, bool causal = true) {
+  if (chunk < 1) throw InvalidArgument("chunked_mask: chunk must be >= 1, got chunk=" + std::to_string(chunk));
+  return {{chunk, causal}};
+}
+// The first `prefix` keys seen by every query, the rest causally.
+inline PrefixLmEachSequence prefix_lm_mask(index_t prefix) {
+  if (prefix < 0) throw InvalidArgument("prefix_lm_mask: prefix must be >= 0, got prefix=" + std::to_string(prefix));
+  return {{prefix}};
+}
+// The first `sink_tokens` keys and the `window_left` keys before each query (and itself), causally
+// (StreamingLLM). window_left < 0: unbounded (plain causal).
+inline StreamingEachSequence streaming_mask(index_t sink_tokens, index_t window_left) {
+  if (sink_tokens < 0)
+    throw InvalidArgument("streaming_mask: sink_tokens must be >= 0, got sink_tokens=" + std::to_string(sink_tokens));
+  return {sink_tokens, window_left};
+}
 
 namespace detail {
 template <class P>
@@ -66,22 +59,28 @@ inline constexpr bool per_sequence_v = has_for_sequence<P>::value || has_for_hea
 template <class Base>
 struct SoftCap : ForwardsMask<Base> {
   static constexpr bool modifies_scores = true;
-  static constexpr bool lane_scores = true;
-  static constexpr bool lane_score_grads = true;
+  static constexpr bool lane_scores = base_allows_lanes_v<Base>;
+  static constexpr bool lane_score_grads = base_allows_lane_grads_v<Base>;
   // Held in double: a double computation must not see the cap rounded to float (the fuzzer found the
   // 1e-8 that costs); S(cap) rounds it once for float.
   double cap = 1.0;
   double inv_cap = 1.0;
 
+  // Over the base's score change where the base has one (soft_cap(cap, alibi(...)) caps the biased score).
   template <class I, class J, class S>
-  FLASHATTN_HOST_DEVICE S score(I, J, S s) const {
-    return S(cap) * flashattn::tanh(s * S(inv_cap));
+  FLASHATTN_HOST_DEVICE S score(I i, J j, S s) const {
+    return S(cap) * flashattn::tanh(base_score(this->base, i, j, s) * S(inv_cap));
   }
-  // d/ds cap·tanh(s/cap) = 1 − tanh²(s/cap).
-  template <class I, class J, class S>
-  FLASHATTN_HOST_DEVICE S score_grad(I, J, S s) const {
-    const S t = flashattn::tanh(s * S(inv_cap));
-    return S(1) - t * t;
+  // d/ds cap·tanh(s/cap) = 1 − tanh²(s/cap), times the base's derivative.
+  // (Declared only where the base is differentiable, so the backward's check names the policy at fault.)
+  template <class I, class J, class S, class B = Base>
+  FLASHATTN_HOST_DEVICE std::enable_if_t<differentiable_mask_v<B>, S> score_grad(I i, J j, S s) const {
+    const S t = flashattn::tanh(base_score(this->base, i, j, s) * S(inv_cap));
+    if constexpr (modifies_scores_v<Base>) {
+      return (S(1) - t * t) * base_score_grad(this->base, i, j, s);
+    } else {
+      return S(1) - t * t;
+    }
   }
   // A per-sequence base gives a per-sequence soft cap.
   template <class B = Base, class = std::enable_if_t<detail::per_sequence_v<B>>>
@@ -105,8 +104,8 @@ SoftCap<Mask> soft_cap(double cap, Mask mask) {
 template <class Base>
 struct AlibiHead : ForwardsMask<Base> {
   static constexpr bool modifies_scores = true;
-  static constexpr bool lane_scores = true;
-  static constexpr bool lane_score_grads = true;
+  static constexpr bool lane_scores = base_allows_lanes_v<Base>;
+  static constexpr bool lane_score_grads = base_allows_lane_grads_v<Base>;
   float slope = 0.0f;
   index_t offset = 0;  // seq_k − seq_q: query i's diagonal key is i + offset
 
@@ -115,11 +114,12 @@ struct AlibiHead : ForwardsMask<Base> {
     // The distance in the score type, i converted alone: on query lanes that is one conversion and no
     // 64-bit lane arithmetic. Exact while positions and distances stay below 2^24 (16 M tokens) in float;
     // the scalar path evaluates the same expression, so both give the same bits at any length.
-    return s - S(slope) * flashattn::abs(S(i) + S(offset - j));
+    return base_score(this->base, i, j, s) - S(slope) * flashattn::abs(S(i) + S(offset - j));
   }
-  template <class I, class J, class S>
-  FLASHATTN_HOST_DEVICE S score_grad(I, J, S) const {
-    return S(1);
+  // (Declared only where the base is differentiable, so the backward's check names the policy at fault.)
+  template <class I, class J, class S, class B = Base>
+  FLASHATTN_HOST_DEVICE std::enable_if_t<differentiable_mask_v<B>, S> score_grad(I i, J j, S s) const {
+    return base_score_grad(this->base, i, j, s);
   }
 };
 
@@ -160,6 +160,63 @@ inline std::vector<float> alibi_slopes(index_t heads) {
   for (index_t h = 0; index_t(out.size()) < heads; ++h)
     out.push_back(float(std::exp2(-8.0 * double(2 * h + 1) / double(2 * pow2))));
   return out;
+}
+
+// ---- Attention sinks -------------------------------------------------------------------------------------------
+
+// One head's sink: a logit that joins every row's softmax denominator and attends no value, so a row may
+// put weight on "nothing" (gpt-oss; StreamingLLM's learned variant). The LSE includes it.
+template <class Base>
+struct SinkHead : ForwardsMask<Base> {
+  static constexpr bool modifies_scores = modifies_scores_v<Base>;
+  static constexpr bool lane_scores = lane_scores_v<Base>;
+  static constexpr bool lane_score_grads = lane_score_grads_v<Base>;
+  float logit = 0.0f;
+
+  FLASHATTN_HOST_DEVICE float sink_logit() const { return logit; }
+  template <class I, class J, class S>
+  FLASHATTN_HOST_DEVICE S score(I i, J j, S s) const {
+    return base_score(this->base, i, j, s);
+  }
+  // (Declared only where the base is differentiable, so the backward's check names the policy at fault.)
+  template <class I, class J, class S, class B = Base>
+  FLASHATTN_HOST_DEVICE std::enable_if_t<differentiable_mask_v<B>, S> score_grad(I i, J j, S s) const {
+    return base_score_grad(this->base, i, j, s);
+  }
+};
+
+// Sink logits per query head (logits[h] for head h, natural-log units like the scaled scores), over a mask,
+// a per-sequence mask or another variant. Not copied: the logits must outlive the calls (a training loop
+// updates them in place). Calls check that there is one logit per query head.
+template <class Base>
+struct Sinks {
+  Base base;
+  const float* logits = nullptr;
+  index_t heads = 0;
+
+  auto for_sequence(const SequenceInfo& s) const {
+    using Inner = decltype(policy_for(base, s));
+    return SinkHead<Inner>{{policy_for(base, s)}, logits[s.head]};
+  }
+  index_t policy_heads() const { return heads; }
+};
+
+// No logit may be NaN (a −inf logit is no sink); a base with its own per-head parameters must have as many.
+template <class Mask>
+Sinks<Mask> sinks(const float* logits, index_t heads, Mask mask) {
+  if (heads > 0 && logits == nullptr) throw InvalidArgument("sinks: logits is null for heads=" + std::to_string(heads));
+  for (index_t h = 0; h < heads; ++h)
+    if (std::isnan(logits[h])) throw InvalidArgument("sinks: logits[" + std::to_string(h) + "] is NaN");
+  if constexpr (has_policy_heads<Mask>::value) {
+    if (mask.policy_heads() != heads)
+      throw InvalidArgument("sinks: " + std::to_string(heads) + " logits, but the inner policy has parameters for " +
+                            std::to_string(mask.policy_heads()) + " heads");
+  }
+  return {std::move(mask), logits, heads};
+}
+template <class Mask>
+Sinks<Mask> sinks(const std::vector<float>& logits, Mask mask) {
+  return sinks(logits.data(), index_t(logits.size()), std::move(mask));
 }
 
 }  // namespace flashattn

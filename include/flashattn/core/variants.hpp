@@ -100,6 +100,68 @@ inline constexpr bool transforms_output_v = detail::has_output_transform<P>::val
 template <class P>
 inline constexpr bool differentiable_mask_v = !modifies_scores_v<P> || detail::has_score_grad<P>::value;
 
+// The mask members of `base`, forwarded, including the optional interval members where the base has them
+// (so that a variant over a band is still masked by ranges), and its sink where it has one. Its score
+// hooks are not forwarded: a variant over a base composes them itself (base_score, base_score_grad).
+template <class Base>
+struct ForwardsMask {
+  Base base;
+
+  FLASHATTN_HOST_DEVICE index_t kv_begin(index_t q0, index_t q1) const { return base.kv_begin(q0, q1); }
+  FLASHATTN_HOST_DEVICE index_t kv_end(index_t q0, index_t q1) const { return base.kv_end(q0, q1); }
+  FLASHATTN_HOST_DEVICE TileKind tile(index_t q0, index_t q1, index_t k0, index_t k1) const {
+    return base.tile(q0, q1, k0, k1);
+  }
+  FLASHATTN_HOST_DEVICE bool keep(index_t i, index_t j) const { return base.keep(i, j); }
+  template <class B = Base>
+  FLASHATTN_HOST_DEVICE auto lowest_query(index_t j) const -> decltype(std::declval<const B&>().lowest_query(j)) {
+    return base.lowest_query(j);
+  }
+  template <class B = Base>
+  FLASHATTN_HOST_DEVICE auto highest_query(index_t j) const -> decltype(std::declval<const B&>().highest_query(j)) {
+    return base.highest_query(j);
+  }
+  template <class B = Base>
+  FLASHATTN_HOST_DEVICE auto lowest_key(index_t i) const -> decltype(std::declval<const B&>().lowest_key(i)) {
+    return base.lowest_key(i);
+  }
+  template <class B = Base>
+  FLASHATTN_HOST_DEVICE auto highest_key(index_t i) const -> decltype(std::declval<const B&>().highest_key(i)) {
+    return base.highest_key(i);
+  }
+  template <class B = Base>
+  FLASHATTN_HOST_DEVICE auto sink_logit() const -> decltype(float(std::declval<const B&>().sink_logit())) {
+    return float(base.sink_logit());
+  }
+};
+
+// Whether a variant over `Base` may run on lanes: the base changes no score, or does so on lanes too.
+template <class Base>
+inline constexpr bool base_allows_lanes_v = !modifies_scores_v<Base> || lane_scores_v<Base>;
+template <class Base>
+inline constexpr bool base_allows_lane_grads_v = !modifies_scores_v<Base> || lane_score_grads_v<Base>;
+
+// A variant over a base policy applies the base's score change first (the identity where the base only
+// masks) and multiplies the derivatives (chain rule).
+template <class Base, class I, class J, class S>
+FLASHATTN_HOST_DEVICE S base_score(const Base& base, I i, J j, S s) {
+  if constexpr (modifies_scores_v<Base>) {
+    return S(base.score(i, j, s));
+  } else {
+    (void)base, (void)i, (void)j;
+    return s;
+  }
+}
+template <class Base, class I, class J, class S>
+FLASHATTN_HOST_DEVICE S base_score_grad(const Base& base, I i, J j, S s) {
+  if constexpr (modifies_scores_v<Base>) {
+    return S(base.score_grad(i, j, s));
+  } else {
+    (void)base, (void)i, (void)j, (void)s;
+    return S(1);
+  }
+}
+
 // The policy to use for one sequence of one head: for_sequence(info) where the policy has it, else
 // for_head(batch, head), else the policy itself.
 template <class P>
@@ -141,46 +203,40 @@ struct is_vectorized<Vectorized<Fn>> : std::true_type {};
 // before the softmax, e.g. ALiBi (s - slope·|i - j|), soft-capping (c·tanh(s/c)) or an additive bias.
 // Composes with a mask policy `Base` (NoMask, BandMask, ...), whose tile structure it keeps.
 template <class ScoreFn, class Base = NoMask>
-struct ScoreMod {
+struct ScoreMod : ForwardsMask<Base> {
   static constexpr bool modifies_scores = true;
-  static constexpr bool lane_scores = detail::is_vectorized<ScoreFn>::value;
-  Base base;
+  static constexpr bool lane_scores = detail::is_vectorized<ScoreFn>::value && base_allows_lanes_v<Base>;
   ScoreFn score_fn;
 
-  FLASHATTN_HOST_DEVICE index_t kv_begin(index_t q0, index_t q1) const { return base.kv_begin(q0, q1); }
-  FLASHATTN_HOST_DEVICE index_t kv_end(index_t q0, index_t q1) const { return base.kv_end(q0, q1); }
-  FLASHATTN_HOST_DEVICE TileKind tile(index_t q0, index_t q1, index_t k0, index_t k1) const {
-    return base.tile(q0, q1, k0, k1);
-  }
-  FLASHATTN_HOST_DEVICE bool keep(index_t i, index_t j) const { return base.keep(i, j); }
-  // I, J: index_t, or (for a vectorized functor) one of them lanes of positions.
+  // I, J: index_t, or (for a vectorized functor) one of them lanes of positions. score_fn sees the score
+  // after the base's own change, if any (base_score).
   template <class I, class J, class S>
   FLASHATTN_HOST_DEVICE S score(I i, J j, S s) const {
-    return S(score_fn(i, j, s));
+    return S(score_fn(i, j, base_score(this->base, i, j, s)));
   }
 };
 
 template <class ScoreFn, class Base>
 ScoreMod<ScoreFn, Base> score_mod(Base base, ScoreFn fn) {
-  return {std::move(base), std::move(fn)};
+  return {{std::move(base)}, std::move(fn)};
 }
 
 // ScoreMod plus the derivative of its score function, grad_fn(i, j, s) = d score_fn(i, j, s) / ds, for
 // the backward. ALiBi and additive biases have derivative 1; soft-capping c·tanh(s/c) has 1 - tanh²(s/c).
 template <class ScoreFn, class GradFn, class Base = NoMask>
 struct ScoreModWithGrad : ScoreMod<ScoreFn, Base> {
-  static constexpr bool lane_score_grads = detail::is_vectorized<GradFn>::value;
+  static constexpr bool lane_score_grads = detail::is_vectorized<GradFn>::value && base_allows_lane_grads_v<Base>;
   GradFn grad_fn;
 
   template <class I, class J, class S>
   FLASHATTN_HOST_DEVICE S score_grad(I i, J j, S s) const {
-    return S(grad_fn(i, j, s));
+    return S(grad_fn(i, j, base_score(this->base, i, j, s))) * base_score_grad(this->base, i, j, s);
   }
 };
 
 template <class ScoreFn, class GradFn, class Base>
 ScoreModWithGrad<ScoreFn, GradFn, Base> score_mod(Base base, ScoreFn fn, GradFn grad_fn) {
-  return {{std::move(base), std::move(fn)}, std::move(grad_fn)};
+  return {{{std::move(base)}, std::move(fn)}, std::move(grad_fn)};
 }
 
 }  // namespace flashattn

@@ -309,8 +309,10 @@ class BackwardKernel {
     return V::exp2_nonpositive(V::mul(V::fma(s, scale, neg_lse), V::set1(kLog2e)));
   }
 
-  // D_i = Σ_c dO[i][c]·O[i][c] and −LSE_i (−inf where the row kept no key). Padding rows get D = 0 and
-  // −LSE = −inf, so their P and dS are exactly 0.
+  // D_i = Σ_c dO[i][c]·O[i][c] − dLSE_i (dLSE: BackwardExtras, 0 without it) and −LSE_i (−inf where the
+  // row kept no key). dS_ij = P_ij·(dP_ij − D_i): the LSE's own gradient reaches s_ij through
+  // ∂LSE_i/∂s_ij = P_ij, which is −dLSE_i inside the bracket. Padding rows get D = 0 and −LSE = −inf, so
+  // their P and dS are exactly 0.
   template <class Layout>
   static void row_statistics(const BackwardParams<T, Layout>& p, index_t b, index_t h, index_t q0, int rows, int d,
                              Acc* delta, Acc* neg_lse) {
@@ -319,6 +321,7 @@ class BackwardKernel {
       const T* do_row = p.d_o.row(b, q0 + i, h);
       Acc sum = 0;
       for (int c = 0; c < d; ++c) sum += Acc(o_row[c * p.o.stride_dim]) * Acc(do_row[c * p.d_o.stride_dim]);
+      if (!p.d_lse.empty()) sum -= Acc(p.d_lse(b, h, q0 + i));
       delta[i] = sum;
       const float l = p.lse(b, h, q0 + i);
       neg_lse[i] = l == -std::numeric_limits<float>::infinity() ? -kInf : -Acc(l);

@@ -8,6 +8,9 @@
 // bits do not depend on the thread count or on which thread takes which item. Pass 2 starts when pass 1
 // has finished (run_workers joins), which is the only ordering the statistics need.
 
+#include <cmath>
+#include <limits>
+
 #include "flashattn/core/backward_params.hpp"
 #include "flashattn/core/sequence.hpp"
 #include "flashattn/core/variants.hpp"
@@ -17,6 +20,31 @@
 #include "flashattn/cpu/work_items.hpp"
 
 namespace flashattn::cpu {
+
+// dLoss/d sink_h = −Σ_b Σ_i exp(sink_h − LSE_bhi)·(D_bhi − dLSE_bhi): a sink attends no value, so it reaches
+// the loss through every row's normaliser only (O_i shrinks by its probability, the LSE grows by it). Read
+// from the row statistics of pass 1 (whose D already holds −dLSE, and whose LSE the double path refined);
+// summed serially in a fixed order, so the result has the same bits for any thread count.
+template <class T, class Layout, class Mask, class Acc>
+void sink_gradients(const BackwardParams<T, Layout>& p, const Mask& mask, const RowStats<Acc>& stats) {
+  for (index_t h = 0; h < p.q.heads; ++h) {
+    double sum = 0;
+    for (index_t b = 0; b < p.batch(); ++b) {
+      const SequenceInfo seq = sequence_info(p.seqs, b, h);
+      const auto policy = policy_for(mask, seq);
+      if constexpr (has_sink_v<decltype(policy)>) {
+        const double sink = double(policy.sink_logit());
+        const index_t row0 = stats.offset(h, p.seqs.q_row(b, 0));
+        for (index_t i = 0; i < seq.seq_q; ++i) {
+          const Acc neg_lse = stats.neg_lse[row0 + i];
+          if (neg_lse == -std::numeric_limits<Acc>::infinity()) continue;
+          sum += std::exp(sink + double(neg_lse)) * double(stats.delta[row0 + i]);
+        }
+      }
+    }
+    p.d_sinks[h] = float(-sum);
+  }
+}
 
 // num_threads: the context's (0: the default).
 template <class T, class TileConfig, int HeadDim, class Layout, class Mask>
@@ -42,6 +70,8 @@ void run_backward(int num_threads, const BackwardParams<T, Layout>& p, const Mas
       Kernel::run_dq(p, policy_for(mask, seq), seq, item.block * Kernel::BlockQ, scratch, stats);
     }
   });
+
+  if (p.d_sinks != nullptr) sink_gradients(p, mask, stats);
 
   // Pass 2: key blocks in ascending order (under a causal mask the first ones see the most queries).
   const WorkGrid dkv_grid{p.batch(), p.k.heads, WorkGrid::blocks_of(p.seqs.max_kv_len(), Kernel::BlockKV), false};
