@@ -118,7 +118,7 @@ void bm_backward(benchmark::State& state, const Policy& policy, bool base_causal
   flashattn::attention_forward_masked(ctx, pv.in(pv.q), pv.in(pv.k), pv.in(pv.v), pv.out(pv.o), policy, {},
                                       pv.lse_view());
   flashattn::attention_forward(ctx, pb.in(pb.q), pb.in(pb.k), pb.in(pb.v), pb.out(pb.o), base, pb.lse_view());
-  std::vector<float> d_sinks(std::size_t(kH));
+  std::vector<float> d_sinks(static_cast<std::size_t>(kH));
   flashattn::BackwardExtras extras;
   if (sink_grads) extras.d_sinks = d_sinks.data();
   const auto [t_variant, t_base] = alternated_medians(
