@@ -682,9 +682,12 @@ void check_results(const fa::TensorView<const T>& q,
   // rounding of the output to T, and a few subnormal steps.
   // The bf16 kernels of AVX512_BF16 read subnormal bf16 values as 0 (vdpbf16ps): a documented loss of
   // at most bf16's smallest normal per output.
+  // With FTZ (x86, cpu/denormals.hpp) each product P̃_j·v_j below the accumulator's smallest normal is
+  // dropped: at most seq_k of them per output, each under that normal, before the division by l >= 1.
   const double eps = 4 * 2 * Limits<Acc>::unit_roundoff() * std::max(1.0, max_ref) +
                      2 * Limits<T>::unit_roundoff() * max_ref + 4 * Limits<T>::denorm_min() +
-                     (flushes_subnormals ? 2 * Limits<T>::min_normal() : 0.0);
+                     (flushes_subnormals ? 2 * Limits<T>::min_normal() : 0.0) +
+                     (fa::cpu::kFlushesDenormals ? (2.0 + double(k.seq)) * Limits<Acc>::min_normal() : 0.0);
   // The 2× rule compares two computations whose errors come from a handful of roundings each, so where
   // both are tiny (a few ulps) or where the scores' own rounding decides which of two near-equal scores
   // wins (large logits), the ratio of the two is chance (seen: double, scale 1000: 6.3e-15 vs 2 × 1.5e-15).
@@ -1069,10 +1072,13 @@ void run(FuzzedDataProvider& fdp) {
     };
     FUZZ_CHECK(same(bufs.q, q_before) && same(bufs.k, k_before) && same(bufs.v, v_before), "an input was written");
     const double scale = p.opts.scale ? *p.opts.scale : 1.0 / std::sqrt(double(p.dim));
-    // The bf16 dot-product kernels read subnormal bf16 as 0: the prefill kernel's, and the decode kernel's
-    // bf16 pairs (decode_bf16.hpp) for seq_q <= 16.
+    // Kernels read subnormal inputs as 0: all of them on x86, where they run with DAZ set
+    // (cpu/denormals.hpp; fp16's subnormals are normal floats once widened), and elsewhere the bf16
+    // dot-product kernels of AVX512_BF16 (the prefill kernel's, and the decode kernel's bf16 pairs).
     constexpr fa::cpu::Isa isa = resolved_tiles<T, Tiles>::isa;
-    const bool flushes = sizeof(T) == 2 && !std::is_same_v<T, Eigen::half> && isa == fa::cpu::Isa::Avx512Bf16;
+    const bool flushes = fa::cpu::kFlushesDenormals
+                             ? !std::is_same_v<T, Eigen::half>
+                             : sizeof(T) == 2 && !std::is_same_v<T, Eigen::half> && isa == fa::cpu::Isa::Avx512Bf16;
     check_results<T>(q, k, v, o, lse, scale, ref_mask, flushes);
   });
   check_cache_paths<Tiles, T>(fdp, p, q, k, v, bufs);

@@ -621,10 +621,11 @@ TEST(InfiniteInputs, PlusInfinityScoreMakesItsRowNan) {
 
 // ---- tiny and huge magnitudes -------------------------------------------------------------------------
 
-// Inputs near the bottom of the range: scores round to 0 and the softmax is uniform; subnormal values
-// in V give subnormal outputs, accurate to the type's subnormal spacing. Except bf16 on CPUs with
-// AVX512_BF16: its dot-product instruction reads subnormal bf16 inputs as 0 (and flushes subnormal
-// results), so there the resolution is bf16's smallest normal, 2^-126 (docs/robustness.md).
+// Inputs near the bottom of the range: scores round to 0 and the softmax is uniform. On x86 the kernels
+// run with subnormals flushed (cpu/denormals.hpp: read as 0, results below the smallest normal as 0), so
+// subnormal values in V give outputs accurate to the smallest normal of the accumulator (2^-126 for float,
+// bf16 and fp16 alike, whose subnormals are normal floats, 2^-1022 for double); elsewhere to the type's
+// subnormal spacing, except bf16 on AVX512_BF16, whose dot-product instruction flushes (docs/robustness.md).
 TYPED_TEST(NumericsTyped, TinyMagnitudes) {
   using T = TypeParam;
   const index_t n = 90, d = 32;
@@ -647,7 +648,10 @@ TYPED_TEST(NumericsTyped, TinyMagnitudes) {
   const double err = max_abs_error(to_double(o.view()), exact.o);
   const double naive_err = max_abs_error(naive.o, exact.o);
   constexpr bool flushes = std::is_same_v<T, Eigen::bfloat16> && cpu::kBestIsa == cpu::Isa::Avx512Bf16;
-  const double step = double(float(flushes ? std::numeric_limits<T>::min() : std::numeric_limits<T>::denorm_min()));
+  using Acc = cpu::acc_t<T>;
+  const double step =
+      std::max(cpu::kFlushesDenormals ? double(std::numeric_limits<Acc>::min()) : 0.0,
+               double(float(flushes ? std::numeric_limits<T>::min() : std::numeric_limits<T>::denorm_min())));
   EXPECT_LE(err, 2 * naive_err + 4 * step) << "err " << err << ", naive " << naive_err;
   EXPECT_NEAR(lse.view()(0, 0, 0), std::log(double(n)), 1e-5);  // all scores ~0: LSE = log(n)
 }

@@ -10,6 +10,7 @@
 #include <Eigen/Core>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "expect_invalid.hpp"
@@ -144,8 +145,8 @@ void check_masks_numerically() {
   run(prefix_lm_mask(20), 90, 150, "prefix 20");
   run(streaming_mask(4, 40), 200, 200, "4 sink tokens, window 40");
   run(streaming_mask(70, 64), 130, 190, "70 sink tokens, window 64");
-  // With a variant over them.
-  run(soft_cap(2.0, chunked_mask(64)), 140, 140, "soft-cap over chunk 64");
+  // With a variant over them (fp32 only, to keep the build short: the composition is dtype-free code).
+  if constexpr (std::is_same_v<T, float>) run(soft_cap(2.0, chunked_mask(64)), 140, 140, "soft-cap over chunk 64");
 }
 TEST(StructuredMasks, MatchReferenceFp32) { check_masks_numerically<float>(); }
 TEST(StructuredMasks, MatchReferenceBf16) { check_masks_numerically<Eigen::bfloat16>(); }

@@ -16,6 +16,7 @@
 #include <omp.h>
 #endif
 
+#include "flashattn/cpu/denormals.hpp"
 #include "flashattn/cpu/thread_pool.hpp"
 #include "flashattn/core/views.hpp"
 
@@ -44,14 +45,15 @@ class WorkQueue {
   std::atomic<index_t> next_{0};
 };
 
-// Calls worker(queue) on `threads` threads (the caller's included) and returns when all are done. The
-// first exception thrown by a worker is rethrown here.
+// Calls worker(queue) on `threads` threads (the caller's included) and returns when all are done, each
+// with subnormals flushed (denormals.hpp). The first exception thrown by a worker is rethrown here.
 template <class Worker>
 void run_workers(index_t items, int threads, Worker&& worker) {
   if (items <= 0) return;
   threads = int(std::min<index_t>(std::max(threads, 1), items));
   WorkQueue queue(items);
   if (threads == 1) {
+    const ScopedFlushDenormals flush;
     worker(queue);
     return;
   }
@@ -59,6 +61,7 @@ void run_workers(index_t items, int threads, Worker&& worker) {
   std::mutex error_mutex;
   auto guarded = [&] {
     try {
+      const ScopedFlushDenormals flush;
       worker(queue);
     } catch (...) {
       std::lock_guard<std::mutex> lock(error_mutex);
