@@ -142,24 +142,7 @@ TEST(BackwardFiniteDifference, MatchesCentralDifferences) {
       for (std::size_t i = 0; i < d_o.size(); ++i) l += d_o[i] * r.o[i];
       return l;
     };
-    std::mt19937 rng(5);
-    for (auto [x, dx, name] : {std::tuple{&pr.q, &pr.dq, "q"}, std::tuple{&pr.k, &pr.dk, "k"},
-                               std::tuple{&pr.v, &pr.dv, "v"}}) {
-      std::vector<double>& data = x->storage();
-      const std::vector<double> grad = dx->storage();
-      std::uniform_int_distribution<std::size_t> pick(0, data.size() - 1);
-      for (int probe = 0; probe < 40; ++probe) {
-        const std::size_t at = pick(rng);
-        const double saved = data[at], h = 1e-5;
-        data[at] = saved + h;
-        const double up = loss();
-        data[at] = saved - h;
-        const double down = loss();
-        data[at] = saved;
-        const double numeric = (up - down) / (2 * h);
-        EXPECT_NEAR(grad[at], numeric, 1e-8 * std::max(1.0, std::abs(numeric))) << name << "[" << at << "]";
-      }
-    }
+    expect_central_differences(pr, loss, 40, 5);
   }
 }
 

@@ -129,24 +129,7 @@ TEST(LseGradient, MatchesCentralDifferences) {
       for (std::size_t i = 0; i < r.lse.size(); ++i) l += d_lse.as_double[i] * r.lse[i];
       return l;
     };
-    std::mt19937 rng(5);
-    for (auto [x, dx, name] : {std::tuple{&pr.q, &pr.dq, "q"}, std::tuple{&pr.k, &pr.dk, "k"},
-                               std::tuple{&pr.v, &pr.dv, "v"}}) {
-      std::vector<double>& data = x->storage();
-      const std::vector<double> grad = dx->storage();
-      std::uniform_int_distribution<std::size_t> pick(0, data.size() - 1);
-      for (int probe = 0; probe < 30; ++probe) {
-        const std::size_t at = pick(rng);
-        const double saved = data[at], h = 1e-5;
-        data[at] = saved + h;
-        const double up = loss();
-        data[at] = saved - h;
-        const double down = loss();
-        data[at] = saved;
-        const double numeric = (up - down) / (2 * h);
-        EXPECT_NEAR(grad[at], numeric, 1e-8 * std::max(1.0, std::abs(numeric))) << name << "[" << at << "]";
-      }
-    }
+    expect_central_differences(pr, loss, 30, 5);
     if (!with_sinks) continue;
     // The logits are float: a step of 2^-10 is exact on them; the result is float (6e-8 relative).
     for (index_t h = 0; h < hq; ++h) {
