@@ -201,7 +201,8 @@ struct is_vectorized<Vectorized<Fn>> : std::true_type {};
 
 // A user-written score modifier: score(i, j, s) -> s' applied to every scaled score (s = scale·q·k)
 // before the softmax, e.g. ALiBi (s - slope·|i - j|), soft-capping (c·tanh(s/c)) or an additive bias.
-// Composes with a mask policy `Base` (NoMask, BandMask, ...), whose tile structure it keeps.
+// Composes with a mask policy `Base` (NoMask, BandMask, ...), whose tile structure it keeps, or with a
+// variant, whose score change it applies first.
 template <class ScoreFn, class Base = NoMask>
 struct ScoreMod : ForwardsMask<Base> {
   static constexpr bool modifies_scores = true;
