@@ -46,7 +46,9 @@ void check_policy(const Case<Mask>& c, index_t sq, index_t sk) {
       const index_t begin = m.kv_begin(q0, q1), end = m.kv_end(q0, q1);
       for (index_t i = q0; i < q1; ++i)
         for (index_t j = 0; j < sk; ++j)
-          if (m.keep(i, j)) ASSERT_TRUE(j >= begin && j < end) << "kept key " << j << " outside kv range";
+          if (m.keep(i, j)) {
+            ASSERT_TRUE(j >= begin && j < end) << "kept key " << j << " outside kv range";
+          }
       for (index_t k0 = 0; k0 < sk; ++k0)
         for (index_t k1 = k0 + 1; k1 <= sk; ++k1) {
           bool any = false, all = true;
