@@ -11,6 +11,7 @@
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -45,36 +46,54 @@ class WorkQueue {
   std::atomic<index_t> next_{0};
 };
 
-// Calls worker(queue) on `threads` threads (the caller's included) and returns when all are done, each
-// with subnormals flushed (denormals.hpp). The first exception thrown by a worker is rethrown here.
-template <class Worker>
-void run_workers(index_t items, int threads, Worker&& worker) {
+namespace detail {
+// run_workers without its type: the worker is (call, worker) with call(worker, queue) running it. One copy
+// of the launch, error and flush handling serves every kernel (compile time and code size: a template
+// here was instantiated once per kernel lambda).
+inline void run_workers_erased(index_t items, int threads, void (*call)(void*, WorkQueue&), void* worker) {
   if (items <= 0) return;
   threads = int(std::min<index_t>(std::max(threads, 1), items));
   WorkQueue queue(items);
   if (threads == 1) {
     const ScopedFlushDenormals flush;
-    worker(queue);
+    call(worker, queue);
     return;
   }
-  std::exception_ptr error;
-  std::mutex error_mutex;
-  auto guarded = [&] {
+  struct Shared {
+    void (*call)(void*, WorkQueue&);
+    void* worker;
+    WorkQueue* queue;
+    std::exception_ptr error;
+    std::mutex error_mutex;
+  } shared{call, worker, &queue, nullptr, {}};
+  auto guarded = [](void* p) {
+    auto& s = *static_cast<Shared*>(p);
     try {
       const ScopedFlushDenormals flush;
-      worker(queue);
+      s.call(s.worker, *s.queue);
     } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mutex);
-      if (!error) error = std::current_exception();
+      std::lock_guard<std::mutex> lock(s.error_mutex);
+      if (!s.error) s.error = std::current_exception();
     }
   };
 #if defined(_OPENMP)
 #pragma omp parallel num_threads(threads)
-  guarded();
+  guarded(&shared);
 #else
-  ThreadPool::instance().run(threads - 1, guarded);
+  ThreadPool::instance().run(threads - 1, guarded, &shared);
 #endif
-  if (error) std::rethrow_exception(error);
+  if (shared.error) std::rethrow_exception(shared.error);
+}
+}  // namespace detail
+
+// Calls worker(queue) on `threads` threads (the caller's included) and returns when all are done, each
+// with subnormals flushed (denormals.hpp). The first exception thrown by a worker is rethrown here.
+template <class Worker>
+void run_workers(index_t items, int threads, Worker&& worker) {
+  using Callable = std::remove_reference_t<Worker>;
+  detail::run_workers_erased(
+      items, threads, [](void* w, WorkQueue& queue) { (*static_cast<Callable*>(w))(queue); },
+      const_cast<void*>(static_cast<const void*>(&worker)));
 }
 
 }  // namespace flashattn::cpu

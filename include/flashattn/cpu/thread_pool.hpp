@@ -3,7 +3,7 @@
 // demand, then kept, so that a call does not pay for starting and stopping threads (tens of microseconds
 // each, a large share of a call that lasts a few milliseconds on 16 cores).
 //
-// A call hands the pool one job: "run task() on up to `helpers` threads". The caller runs task() too, and
+// A call hands the pool one job: "run call(task) on up to `helpers` threads". The caller runs it too, and
 // after its own run returns it waits only for the helpers that have *started*; the ones that have not are
 // cancelled. That is enough because every task drains a shared WorkQueue: once the caller's run returns,
 // the queue is empty and a late helper would find nothing to do. So a busy pool (another caller's job)
@@ -51,18 +51,19 @@ class ThreadPool {
     return *pool;
   }
 
-  // Calls task() on the calling thread and on up to `helpers` pool threads; returns when the caller's call
-  // and every helper call that started have returned. task() must not throw.
-  template <class Task>
-  void run(int helpers, Task& task) {
-    Job job{&invoke<Task>, &task, helpers, 0};
+  // Calls call(task) on the calling thread and on up to `helpers` pool threads; returns when the caller's
+  // call and every helper call that started have returned. call must not throw. Not a template: one copy
+  // of the pool's code serves every parallel region of every kernel (a template here was instantiated,
+  // with its std::thread and container members, once per kernel lambda: hundreds of copies per test file).
+  void run(int helpers, void (*call)(void*), void* task) {
+    Job job{call, task, helpers, 0};
     if (helpers > 0) {
       std::lock_guard<std::mutex> lock(mutex_);
       while (int(threads_.size()) < helpers) threads_.emplace_back([this] { work(); });
       queue_.push_back(&job);
     }
     if (helpers > 0) work_cv_.notify_all();
-    task();
+    call(task);
     std::unique_lock<std::mutex> lock(mutex_);
     if (job.unclaimed > 0) {  // helpers that did not start: cancelled
       queue_.erase(std::find(queue_.begin(), queue_.end(), &job));
@@ -97,11 +98,6 @@ class ThreadPool {
     int unclaimed;  // helper runs not yet taken by a thread
     int running;    // helper runs in progress
   };
-
-  template <class Task>
-  static void invoke(void* task) {
-    (*static_cast<Task*>(task))();
-  }
 
   void work() {
     std::unique_lock<std::mutex> lock(mutex_);
