@@ -70,6 +70,7 @@ void attention_backward_masked(const Context& ctx, detail::nondeduced<TensorView
   validate_context(ctx, p.q.dim);
   check_policy_lengths(mask, q.seq, k.seq);
   check_policy_heads(mask, q.heads);
+  check_policy_shape(mask, q.batch, q.heads);
   if (p.q.batch == 0) return;
   dispatch_backward(ctx, p, mask);
 }

@@ -219,4 +219,74 @@ Sinks<Mask> sinks(const std::vector<float>& logits, Mask mask) {
   return sinks(logits.data(), index_t(logits.size()), std::move(mask));
 }
 
+// ---- Additive bias --------------------------------------------------------------------------------------------
+
+// A (batch, heads, seq_q, seq_k) float tensor of additive score biases (relative-position biases, padding
+// as −inf); a batch or heads extent of 1 is broadcast over the call's batch or heads. Rows of seq_k keys
+// at stride_q, stride 1 along keys.
+struct BiasView {
+  const float* data = nullptr;
+  index_t batch = 0, heads = 0, seq_q = 0, seq_k = 0;
+  index_t stride_batch = 0, stride_head = 0, stride_q = 0;
+};
+// Contiguous (batch, heads, seq_q, seq_k).
+inline BiasView bias_bhqk(const float* data, index_t batch, index_t heads, index_t seq_q, index_t seq_k) {
+  return {data, batch, heads, seq_q, seq_k, heads * seq_q * seq_k, seq_q * seq_k, seq_k};
+}
+
+// One (batch entry, head)'s bias matrix over a base.
+template <class Base>
+struct BiasHead : ForwardsMask<Base> {
+  static constexpr bool modifies_scores = true;
+  static constexpr bool lane_scores = base_allows_lanes_v<Base>;
+  static constexpr bool lane_score_grads = base_allows_lane_grads_v<Base>;
+  const float* values = nullptr;  // element (i, j) at values[i·stride_q + j]
+  index_t stride_q = 0;
+
+  template <class I, class J, class S>
+  FLASHATTN_HOST_DEVICE S score(I i, J j, S s) const {
+    return base_score(this->base, i, j, s) + S(load_at(values, i * stride_q + j));
+  }
+  template <class I, class J, class S, class B = Base>
+  FLASHATTN_HOST_DEVICE std::enable_if_t<differentiable_mask_v<B>, S> score_grad(I i, J j, S s) const {
+    return base_score_grad(this->base, i, j, s);
+  }
+};
+
+template <class Base>
+struct Bias {
+  Base base;
+  BiasView view;
+
+  auto for_sequence(const SequenceInfo& s) const {
+    using Inner = decltype(policy_for(base, s));
+    const index_t b = view.batch == 1 ? 0 : s.batch, h = view.heads == 1 ? 0 : s.head;
+    return BiasHead<Inner>{{policy_for(base, s)}, view.data + b * view.stride_batch + h * view.stride_head,
+                           view.stride_q};
+  }
+  // The entry points check the call against these (masks.hpp's check_policy_lengths, check_policy_shape).
+  index_t mask_seq_q() const { return view.seq_q; }
+  index_t mask_seq_k() const { return view.seq_k; }
+  void check_call_shape(index_t batch, index_t heads) const {
+    if ((view.batch != 1 && view.batch != batch) || (view.heads != 1 && view.heads != heads))
+      throw InvalidArgument("bias: batch=" + std::to_string(view.batch) + " heads=" + std::to_string(view.heads) +
+                            " must each be 1 (broadcast) or the call's (batch=" + std::to_string(batch) +
+                            ", heads=" + std::to_string(heads) + ")");
+  }
+};
+
+template <class Mask>
+Bias<Mask> bias(const BiasView& view, Mask mask) {
+  if (view.batch < 1 || view.heads < 1 || view.seq_q < 0 || view.seq_k < 0)
+    throw InvalidArgument("bias: batch and heads must be >= 1 and seq_q, seq_k >= 0, got batch=" +
+                          std::to_string(view.batch) + " heads=" + std::to_string(view.heads) +
+                          " seq_q=" + std::to_string(view.seq_q) + " seq_k=" + std::to_string(view.seq_k));
+  if (view.stride_batch < 0 || view.stride_head < 0 || view.stride_q < view.seq_k)
+    throw InvalidArgument("bias: strides must be >= 0 and stride_q >= seq_k, got stride_batch=" +
+                          std::to_string(view.stride_batch) + " stride_head=" + std::to_string(view.stride_head) +
+                          " stride_q=" + std::to_string(view.stride_q) + " seq_k=" + std::to_string(view.seq_k));
+  if (view.data == nullptr && view.seq_q > 0 && view.seq_k > 0) throw InvalidArgument("bias: data is null");
+  return {std::move(mask), view};
+}
+
 }  // namespace flashattn
