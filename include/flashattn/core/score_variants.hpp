@@ -4,6 +4,8 @@
 //   alibi(slopes, mask)        s -> s − slope_h·|i + off − j|       (ALiBi; off = seq_k − seq_q, per sequence)
 //   sinks(logits, mask)        one more logit, logits[h], in every row's softmax denominator (gpt-oss);
 //                              its gradient: BackwardExtras::d_sinks
+//   bias(view, mask)           s -> s + bias[b, h, i, j]            (a BiasView, broadcast over batch / heads);
+//                              its gradient: BackwardExtras::d_bias
 // Each takes another variant as its `mask` too (sinks(logits, soft_cap(30, causal_mask()))): the inner
 // score change applies first.
 // `mask` is any mask policy, or one built per sequence from its lengths: causal_mask(), window_mask(l, r),
@@ -18,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "flashattn/core/backward_params.hpp"
 #include "flashattn/core/errors.hpp"
 #include "flashattn/core/lanes.hpp"
 #include "flashattn/core/masks.hpp"
@@ -221,18 +224,8 @@ Sinks<Mask> sinks(const std::vector<float>& logits, Mask mask) {
 
 // ---- Additive bias --------------------------------------------------------------------------------------------
 
-// A (batch, heads, seq_q, seq_k) float tensor of additive score biases (relative-position biases, padding
-// as −inf); a batch or heads extent of 1 is broadcast over the call's batch or heads. Rows of seq_k keys
-// at stride_q, stride 1 along keys.
-struct BiasView {
-  const float* data = nullptr;
-  index_t batch = 0, heads = 0, seq_q = 0, seq_k = 0;
-  index_t stride_batch = 0, stride_head = 0, stride_q = 0;
-};
-// Contiguous (batch, heads, seq_q, seq_k).
-inline BiasView bias_bhqk(const float* data, index_t batch, index_t heads, index_t seq_q, index_t seq_k) {
-  return {data, batch, heads, seq_q, seq_k, heads * seq_q * seq_k, seq_q * seq_k, seq_k};
-}
+// An additive bias tensor (BiasView, core/views.hpp: relative-position biases, padding as −inf) over a
+// base: score(i, j, s) = base's score + bias[b, h, i, j]. Its gradient: BackwardExtras::d_bias.
 
 // One (batch entry, head)'s bias matrix over a base.
 template <class Base>
@@ -287,6 +280,35 @@ Bias<Mask> bias(const BiasView& view, Mask mask) {
                           " stride_q=" + std::to_string(view.stride_q) + " seq_k=" + std::to_string(view.seq_k));
   if (view.data == nullptr && view.seq_q > 0 && view.seq_k > 0) throw InvalidArgument("bias: data is null");
   return {std::move(mask), view};
+}
+
+// The bias(...) inside a policy, itself or under other variants (soft_cap(c, bias(...)), ...), for the
+// backward's d_bias (BiasInPolicy, core/backward_params.hpp). The bias's gradient is the score gradient dS
+// wherever its own base leaves scores unchanged (a mask): the variants around it differentiate the biased
+// score as a whole. Under a base that changes scores it is not (the base's derivative would have to be
+// divided out again), so that case is reported, not computed.
+namespace detail {
+template <class P, class = void>
+struct has_base_member : std::false_type {};
+template <class P>
+struct has_base_member<P, std::void_t<decltype(std::declval<const P&>().base)>> : std::true_type {};
+template <class P>
+struct is_bias : std::false_type {};
+template <class B>
+struct is_bias<Bias<B>> : std::true_type {};
+}  // namespace detail
+
+template <class Policy>
+BiasInPolicy bias_in_policy(const Policy& policy) {
+  if constexpr (detail::is_bias<Policy>::value) {
+    using BaseHead = decltype(policy_for(policy.base, SequenceInfo{}));
+    return {&policy.view, modifies_scores_v<BaseHead>};
+  } else if constexpr (detail::has_base_member<Policy>::value) {
+    return bias_in_policy(policy.base);
+  } else {
+    (void)policy;
+    return {};
+  }
 }
 
 }  // namespace flashattn
