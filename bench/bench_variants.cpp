@@ -8,6 +8,7 @@
 //   x_base                ms_variant / ms_base: the target ratio (soft-cap <= 1.10, ALiBi <= 1.05, ...)
 //   kept                  (block-sparse rows) the share of 64 x 64 cells of the score grid that keep any pair
 //   x_kept                x_base / kept: within 1.2 of it is the block-sparse target
+//   (bias rows: the base is the plain call with the bias's mask)
 //   (block-sparse and structured-mask rows: chunked, streaming, prefix-LM; their base is plain non-causal)
 //   gflops_d, gflops_128, x_rate   (head_dim rows) the plain forward's rate at d and at d = 128, and their ratio
 // Soft-capping runs at cap 30 (the scores, about N(0, 1), stay in tanh's fast range) and at cap 0.5 (most
@@ -101,7 +102,8 @@ double kept_share(const Policy& policy) {
   const auto m = flashattn::policy_for(policy, flashattn::SequenceInfo{0, 0, kN, kN});
   index_t kept = 0, all = 0;
   for (index_t q0 = 0; q0 < kN; q0 += 64)
-    for (index_t k0 = 0; k0 < kN; k0 += 64, ++all) kept += m.tile(q0, q0 + 64, k0, k0 + 64) != flashattn::TileKind::Empty;
+    for (index_t k0 = 0; k0 < kN; k0 += 64, ++all)
+      kept += m.tile(q0, q0 + 64, k0, k0 + 64) != flashattn::TileKind::Empty;
   return double(kept) / double(all);
 }
 
@@ -124,9 +126,9 @@ void bm_backward(benchmark::State& state, const Policy& policy, bool base_causal
   const auto [t_variant, t_base] = alternated_medians(
       state, flashattn::bench::RateClock(threads),
       [&] {
-        flashattn::attention_backward_masked(ctx, pv.in(pv.q), pv.in(pv.k), pv.in(pv.v), pv.in(pv.o),
-                                             pv.in(pv.d_o), pv.lse_view(), pv.out(pv.dq), pv.out(pv.dk),
-                                             pv.out(pv.dv), policy, {}, extras);
+        flashattn::attention_backward_masked(ctx, pv.in(pv.q), pv.in(pv.k), pv.in(pv.v), pv.in(pv.o), pv.in(pv.d_o),
+                                             pv.lse_view(), pv.out(pv.dq), pv.out(pv.dk), pv.out(pv.dv), policy, {},
+                                             extras);
       },
       [&] {
         flashattn::attention_backward(ctx, pb.in(pb.q), pb.in(pb.k), pb.in(pb.v), pb.in(pb.o), pb.in(pb.d_o),
@@ -177,18 +179,17 @@ int main(int argc, char** argv) {
 
   const auto slopes = std::make_shared<const std::vector<float>>(flashattn::alibi_slopes(kH));
   const auto cap = flashattn::soft_cap(30.0f, flashattn::no_mask());
-  const auto user_cap = flashattn::score_mod(
-      flashattn::NoMask{kN}, flashattn::vectorized([](auto, auto, auto s) {
-        using S = decltype(s);
-        return S(30) * flashattn::tanh(s * S(1.0f / 30));
-      }),
-      flashattn::vectorized([](auto, auto, auto s) {
-        using S = decltype(s);
-        const S t = flashattn::tanh(s * S(1.0f / 30));
-        return S(1) - t * t;
-      }));
-  const auto scalar_cap = flashattn::score_mod(flashattn::NoMask{kN},
-                                               [](index_t, index_t, auto s) { return 30 * std::tanh(s / 30); });
+  const auto user_cap = flashattn::score_mod(flashattn::NoMask{kN}, flashattn::vectorized([](auto, auto, auto s) {
+                                               using S = decltype(s);
+                                               return S(30) * flashattn::tanh(s * S(1.0f / 30));
+                                             }),
+                                             flashattn::vectorized([](auto, auto, auto s) {
+                                               using S = decltype(s);
+                                               const S t = flashattn::tanh(s * S(1.0f / 30));
+                                               return S(1) - t * t;
+                                             }));
+  const auto scalar_cap =
+      flashattn::score_mod(flashattn::NoMask{kN}, [](index_t, index_t, auto s) { return 30 * std::tanh(s / 30); });
   const auto alibi_causal = flashattn::alibi(*slopes, flashattn::causal_mask());
   const auto alibi_full = flashattn::alibi(*slopes, flashattn::no_mask());
   const auto doc_element = flashattn::element_mask(kN, doc_causal);
@@ -206,8 +207,8 @@ int main(int argc, char** argv) {
   add("forward/doc_causal/element_mask", 3, [=](benchmark::State& s) { bm_forward(s, doc_element, false, kept); });
   add("forward/doc_causal/block_mask", 5, [=](benchmark::State& s) { bm_forward(s, doc_block, false, kept); });
   // gpt-oss-style learned sinks (one logit per head) over causal; the base is plain causal.
-  const auto sink_logits = std::make_shared<const std::vector<float>>(std::vector<float>{0.5f, -1.0f, 2.0f, 0.0f,
-                                                                                         1.5f, -0.5f, 1.0f, 3.0f});
+  const auto sink_logits =
+      std::make_shared<const std::vector<float>>(std::vector<float>{0.5f, -1.0f, 2.0f, 0.0f, 1.5f, -0.5f, 1.0f, 3.0f});
   const auto sinks_causal = flashattn::sinks(*sink_logits, flashattn::causal_mask());
   add("forward/sinks/causal", 5, [=](benchmark::State& s) { bm_forward(s, sinks_causal, true, 0); });
   // Structured masks, against plain non-causal, with the share of tiles they keep.
@@ -218,11 +219,42 @@ int main(int argc, char** argv) {
       [=](benchmark::State& s) { bm_forward(s, chunked, false, kept_share(chunked)); });
   add("forward/streaming/sinks4_window511", 5,
       [=](benchmark::State& s) { bm_forward(s, streaming, false, kept_share(streaming)); });
-  add("forward/prefix_lm/prefix_512", 5, [=](benchmark::State& s) { bm_forward(s, prefix, false, kept_share(prefix)); });
+  add("forward/prefix_lm/prefix_512", 5,
+      [=](benchmark::State& s) { bm_forward(s, prefix, false, kept_share(prefix)); });
+  // An additive bias tensor (B, H, N, N) in fp32, read once per call: N^2 more floats per head than the
+  // plain call reads (16 MiB per head here; target <= 1.30x), and one (1, 1, N, N) matrix shared by the heads.
+  const auto bias_values = std::make_shared<const std::vector<float>>([] {
+    std::vector<float> b(std::size_t(kH * kN * kN));
+    std::mt19937 gen(7);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (auto& e : b) e = dist(gen);
+    return b;
+  }());
+  const auto per_head = flashattn::bias_bhqk(bias_values->data(), 1, kH, kN, kN);
+  const auto bias_per_head = flashattn::bias(per_head, flashattn::no_mask());
+  const auto bias_shared =
+      flashattn::bias(flashattn::bias_bhqk(bias_values->data(), 1, 1, kN, kN), flashattn::no_mask());
+  const auto bias_causal = flashattn::bias(per_head, flashattn::causal_mask());
+  add("forward/bias/per_head", 5, [=](benchmark::State& s) {
+    (void)bias_values;
+    bm_forward(s, bias_per_head, false, 0);
+  });
+  add("forward/bias/shared_by_heads", 5, [=](benchmark::State& s) {
+    (void)bias_values;
+    bm_forward(s, bias_shared, false, 0);
+  });
+  add("forward/bias/per_head_causal", 5, [=](benchmark::State& s) {
+    (void)bias_values;
+    bm_forward(s, bias_causal, true, 0);
+  });
   add("backward/softcap/builtin", 3, [=](benchmark::State& s) { bm_backward(s, cap, false, 0); });
   add("backward/alibi/builtin_causal", 3, [=](benchmark::State& s) { bm_backward(s, alibi_causal, true, 0); });
   add("backward/sinks/causal_with_d_sinks", 3,
       [=](benchmark::State& s) { bm_backward(s, sinks_causal, true, 0, true); });
+  add("backward/bias/per_head", 3, [=](benchmark::State& s) {
+    (void)bias_values;
+    bm_backward(s, bias_per_head, false, 0);
+  });
   add("backward/chunked/causal_512", 3,
       [=](benchmark::State& s) { bm_backward(s, chunked, false, kept_share(chunked)); });
   add("backward/doc_causal/block_mask", 3, [=](benchmark::State& s) { bm_backward(s, doc_block, false, kept); });

@@ -42,10 +42,13 @@ struct reference_has_score_grad<M, std::void_t<decltype(std::declval<const M&>()
 // With `rows` (reference.hpp), only those query rows of every head contribute: their dQ rows are whole,
 // and so are dK and dV of the keys that no other row keeps (under a causal mask, the keys at or after
 // rows.begin when rows end at the last row). d_lse: dLoss/dLSE, (batch, heads_q, seq_q) contiguous, or null.
+// d_scores: where to put every dS_ij = dLoss/d score_ij (natural units, 0 where masked; what a bias over a
+// mask receives as its gradient), (batch, heads_q, seq_q, seq_k) contiguous, or null.
 template <class Calc, class Store = Calc, class T, class Mask>
 ReferenceGrads reference_backward(const TensorView<const T>& q, const TensorView<const T>& k,
                                   const TensorView<const T>& v, const TensorView<const T>& d_o, double scale,
-                                  const Mask& mask, RowRange rows = {}, const double* d_lse = nullptr) {
+                                  const Mask& mask, RowRange rows = {}, const double* d_lse = nullptr,
+                                  std::vector<double>* d_scores = nullptr) {
   const index_t B = q.batch, Sq = q.seq, Sk = k.seq, H = q.heads, Hkv = k.heads, D = q.dim, group = H / Hkv;
   const auto r = [](Calc x) { return round_to<Store>(x); };
   std::vector<Calc> dq(std::size_t(B * Sq * H * D), Calc(0)), dk(std::size_t(B * Sk * Hkv * D), Calc(0)),
@@ -55,6 +58,7 @@ ReferenceGrads reference_backward(const TensorView<const T>& q, const TensorView
   std::vector<bool> kept(sk);
   const auto at_q = [&](index_t b, index_t i, index_t h) { return std::size_t(((b * Sq + i) * H + h) * D); };
   const auto at_k = [&](index_t b, index_t j, index_t h) { return std::size_t(((b * Sk + j) * Hkv + h) * D); };
+  if (d_scores != nullptr) d_scores->assign(std::size_t(B * H * Sq * Sk), 0.0);
 
   for (index_t b = 0; b < B; ++b) {
     for (index_t h = 0; h < H; ++h) {
@@ -109,6 +113,7 @@ ReferenceGrads reference_backward(const TensorView<const T>& q, const TensorView
           Calc dp = 0;
           for (index_t c = 0; c < D; ++c) dp += Calc(d_o(b, i, h, c)) * Calc(v(b, j, hk, c));
           const Calc ds = r(p[jj] * (r(dp) - delta) * g[jj]);
+          if (d_scores != nullptr) (*d_scores)[std::size_t(((b * H + h) * Sq + i) * Sk + j)] = double(ds);
           for (index_t c = 0; c < D; ++c) {
             dq[at_q(b, i, h) + std::size_t(c)] += Calc(scale) * ds * Calc(k(b, j, hk, c));
             dk[at_k(b, j, hk) + std::size_t(c)] += Calc(scale) * ds * Calc(q(b, i, h, c));

@@ -25,6 +25,7 @@
 #include "flashattn/core/errors.hpp"
 #include "flashattn/core/masks.hpp"
 #include "flashattn/core/options.hpp"
+#include "flashattn/core/score_variants.hpp"
 #include "flashattn/core/variants.hpp"
 #include "flashattn/core/views.hpp"
 #include "flashattn/cpu/backward_dispatch.hpp"
@@ -66,10 +67,12 @@ void attention_backward_masked(const Context& ctx, detail::nondeduced<TensorView
   if (options.has_window())
     detail::reject_window_with_policy("score_mod(BandMask::causal(seq_q, seq_k), fn, grad_fn)");
   constexpr bool has_sink = has_sink_v<decltype(policy_for(mask, SequenceInfo{}))>;
-  const BackwardParams<T> p = make_backward_params<T>(q, k, v, o, d_o, lse, dq, dk, dv, options, extras, has_sink);
+  const BackwardParams<T> p =
+      make_backward_params<T>(q, k, v, o, d_o, lse, dq, dk, dv, options, extras, has_sink, bias_in_policy(mask));
   validate_context(ctx, p.q.dim);
   check_policy_lengths(mask, q.seq, k.seq);
   check_policy_heads(mask, q.heads);
+  check_policy_shape(mask, q.batch, q.heads);
   if (p.q.batch == 0) return;
   dispatch_backward(ctx, p, mask);
 }

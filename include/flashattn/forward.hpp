@@ -101,6 +101,7 @@ void attention_forward_masked(const Context& ctx, detail::nondeduced<TensorView<
   validate_context(ctx, p.head_dim());
   check_policy_lengths(mask, q.seq, k.seq);
   check_policy_heads(mask, q.heads);
+  check_policy_shape(mask, q.batch, q.heads);
   if (p.batch() == 0 || p.q.seq == 0) return;
   dispatch_forward(ctx, p, mask, acct);
 }

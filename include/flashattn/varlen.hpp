@@ -136,7 +136,7 @@ BackwardParams<T, PackedLengths> make_varlen_backward_params(
     const TensorView<T>& dk, const TensorView<T>& dv, const PackedBatch& seqs, const AttentionOptions& opts,
     const BackwardExtras& extras = {}) {
   detail::check_backward_views(q, k, v, o, d_o, lse, dq, dk, dv);
-  detail::check_backward_extras(extras, false, q, k, v, o, d_o, lse, dq, dk, dv);
+  detail::check_backward_extras(extras, false, BiasInPolicy{}, q, k, v, o, d_o, lse, dq, dk, dv);
   PackedLengths lengths;
   detail::check_packed_batch(q, k, seqs, lengths);
   // The programs read the offsets while they write the gradients.

@@ -17,6 +17,25 @@ struct BackwardExtras {
   // Receives dLoss/d(sink logit) for each query head (heads_q floats, overwritten), summed over the batch
   // and rows: for a policy with a sink (sinks(...)) whose logits are learned. Needs such a policy.
   float* d_sinks = nullptr;
+  // Receives dLoss/d bias for a policy with a bias(view, mask) (itself or under other variants):
+  // contiguous (view.batch, view.heads, seq_q, seq_k) floats, overwritten; a broadcast extent (1) receives
+  // the sum over the call's batch entries or heads. Needs the bias's own mask to leave scores unchanged.
+  float* d_bias = nullptr;
+};
+
+// What the entry point found of a bias(view, mask) in the call's policy (score_variants.hpp's
+// bias_in_policy): view null where there is none; base_changes_scores where the bias's own mask changes
+// scores, which d_bias does not support (BackwardExtras::d_bias).
+struct BiasInPolicy {
+  const BiasView* view = nullptr;
+  bool base_changes_scores = false;
+};
+
+// Where the backward writes dLoss/d bias (BackwardExtras::d_bias), with the bias's extents: batch and heads
+// are the call's or 1 (summed over).
+struct BiasGrad {
+  float* data = nullptr;
+  index_t batch = 0, heads = 0;
 };
 
 template <class T, class Layout = EqualLengths>
@@ -35,6 +54,7 @@ struct BackwardParams {
   index_t group = 1;        // heads_q / heads_kv: query head h reads KV head h / group
   LseView d_lse{};          // dLoss/dLSE, shaped like lse; empty: none (BackwardExtras)
   float* d_sinks = nullptr; // receives dLoss/d sink logit per query head; null: not wanted
+  BiasGrad d_bias{};        // receives dLoss/d bias; data null: not wanted
 
   index_t kv_head(index_t h) const { return h / group; }
   index_t batch() const { return seqs.batch; }

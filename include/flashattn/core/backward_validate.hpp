@@ -139,12 +139,15 @@ void check_backward_views(const TensorView<const T>& q, const TensorView<const T
 
 // The checks of a call's BackwardExtras. d_lse: the lse's shape, apart from the outputs (it is read while
 // they are written). d_sinks: only for a policy with a sink (`policy_has_sink`), heads_q floats apart from
-// every other argument (it is written after the gradients' first pass has read them).
+// every other argument (it is written after the gradients' first pass has read them). d_bias: only for a
+// policy with a bias over a plain mask (`bias`), its floats apart from every other argument. Returns where
+// d_bias goes (data null: nowhere).
 template <class T>
-void check_backward_extras(const BackwardExtras& x, bool policy_has_sink, const TensorView<const T>& q,
-                           const TensorView<const T>& k, const TensorView<const T>& v,
-                           const TensorView<const T>& o, const TensorView<const T>& d_o, const LseView& lse,
-                           const TensorView<T>& dq, const TensorView<T>& dk, const TensorView<T>& dv) {
+BiasGrad check_backward_extras(const BackwardExtras& x, bool policy_has_sink, const BiasInPolicy& bias,
+                               const TensorView<const T>& q, const TensorView<const T>& k,
+                               const TensorView<const T>& v, const TensorView<const T>& o,
+                               const TensorView<const T>& d_o, const LseView& lse, const TensorView<T>& dq,
+                               const TensorView<T>& dk, const TensorView<T>& dv) {
   const std::pair<const char*, ByteSpan> outputs[] = {
       {"dq", check_view("dq", dq)}, {"dk", check_view("dk", dk)}, {"dv", check_view("dv", dv)}};
   const auto lse_span_of = [](const LseView& l, const char* name) {
@@ -161,19 +164,47 @@ void check_backward_extras(const BackwardExtras& x, bool policy_has_sink, const 
     for (const auto& [name, span] : outputs)
       if (span.overlaps(d_lse_span)) fail(std::string(name) + " overlaps the memory of input extras.d_lse");
   }
+  if (x.d_sinks == nullptr && x.d_bias == nullptr) return {};
+
+  // The two gradient outputs of the extras must not share memory with anything else of the call.
+  const auto float_span = [](const float* p, index_t count) {
+    const auto begin = reinterpret_cast<std::uintptr_t>(p);
+    return ByteSpan{begin, begin + std::uintptr_t(count) * sizeof(float)};
+  };
+  ByteSpan sinks_span, bias_grad_span, bias_span;
   if (x.d_sinks != nullptr) {
     if (!policy_has_sink)
       fail("extras.d_sinks is set, but the call's policy has no sink (sink_logit()): pass sinks(logits, mask) "
            "to attention_backward_masked, as to the forward");
-    const auto begin = reinterpret_cast<std::uintptr_t>(x.d_sinks);
-    const ByteSpan sinks_span{begin, begin + std::uintptr_t(q.heads) * sizeof(float)};
-    const std::pair<const char*, ByteSpan> others[] = {
-        {"q", check_view("q", q)},     {"k", check_view("k", k)},     {"v", check_view("v", v)},
-        {"o", check_view("o", o)},     {"d_o", check_view("d_o", d_o)}, {"lse", lse_span_of(lse, "lse")},
-        {"extras.d_lse", d_lse_span}, outputs[0], outputs[1], outputs[2]};
-    for (const auto& [name, span] : others)
-      if (sinks_span.overlaps(span)) fail(std::string("extras.d_sinks overlaps the memory of ") + name);
+    sinks_span = float_span(x.d_sinks, q.heads);
   }
+  BiasGrad grad;
+  if (x.d_bias != nullptr) {
+    if (bias.view == nullptr)
+      fail("extras.d_bias is set, but the call's policy has no bias: pass bias(view, mask) (or a variant over "
+           "it) to attention_backward_masked, as to the forward");
+    if (bias.base_changes_scores)
+      fail("extras.d_bias: the bias's own mask changes scores (bias(view, soft_cap(...))); d_bias is computed "
+           "for a bias over a plain mask, with any score change outside it (soft_cap(c, bias(view, mask)))");
+    const BiasView& view = *bias.view;
+    bias_span = checked_span<4>([] { return std::string("bias view"); }, view.data, sizeof(float),
+                                {view.batch, view.heads, view.seq_q, view.seq_k},
+                                {view.stride_batch, view.stride_head, view.stride_q, 1},
+                                {"batch", "heads", "seq_q", "seq_k"});
+    bias_grad_span = float_span(x.d_bias, view.batch * view.heads * q.seq * k.seq);
+    grad = {x.d_bias, view.batch, view.heads};
+  }
+  const std::pair<const char*, ByteSpan> others[] = {
+      {"q", check_view("q", q)},     {"k", check_view("k", k)},       {"v", check_view("v", v)},
+      {"o", check_view("o", o)},     {"d_o", check_view("d_o", d_o)}, {"lse", lse_span_of(lse, "lse")},
+      {"extras.d_lse", d_lse_span}, {"the bias", bias_span},         outputs[0],
+      outputs[1],                    outputs[2],                      {"extras.d_sinks", sinks_span}};
+  for (const auto& [name, span] : others) {
+    if (span.begin != sinks_span.begin && sinks_span.overlaps(span))  // (the last one is d_sinks itself)
+      fail(std::string("extras.d_sinks overlaps the memory of ") + name);
+    if (bias_grad_span.overlaps(span)) fail(std::string("extras.d_bias overlaps the memory of ") + name);
+  }
+  return grad;
 }
 
 }  // namespace detail
@@ -185,11 +216,12 @@ BackwardParams<T> make_backward_params(const TensorView<const T>& q, const Tenso
                                        const TensorView<const T>& d_o, const LseView& lse, const TensorView<T>& dq,
                                        const TensorView<T>& dk, const TensorView<T>& dv,
                                        const AttentionOptions& opts, const BackwardExtras& extras = {},
-                                       bool policy_has_sink = false) {
+                                       bool policy_has_sink = false, const BiasInPolicy& bias = {}) {
   detail::check_backward_views(q, k, v, o, d_o, lse, dq, dk, dv);
-  detail::check_backward_extras(extras, policy_has_sink, q, k, v, o, d_o, lse, dq, dk, dv);
+  const BiasGrad d_bias = detail::check_backward_extras(extras, policy_has_sink, bias, q, k, v, o, d_o, lse, dq, dk, dv);
   return BackwardParams<T>{q,  k,  v,  o, d_o, lse, dq, dk, dv, EqualLengths{q.batch, q.seq, k.seq},
-                           detail::resolve_scale(opts, q.dim), q.heads / k.heads, extras.d_lse, extras.d_sinks};
+                           detail::resolve_scale(opts, q.dim), q.heads / k.heads, extras.d_lse, extras.d_sinks,
+                           d_bias};
 }
 
 }  // namespace flashattn

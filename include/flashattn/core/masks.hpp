@@ -240,6 +240,23 @@ void check_policy_heads(const Mask& mask, index_t heads) {
   }
 }
 
+// Whether a policy checks the call's batch and heads itself (check_call_shape(batch, heads), throwing
+// InvalidArgument), as a bias tensor that broadcasts does: the entry points call it.
+template <class Mask, class = void>
+struct has_call_shape_check : std::false_type {};
+template <class Mask>
+struct has_call_shape_check<Mask, std::void_t<decltype(std::declval<const Mask&>().check_call_shape(index_t{}, index_t{}))>>
+    : std::true_type {};
+
+template <class Mask>
+void check_policy_shape(const Mask& mask, index_t batch, index_t heads) {
+  if constexpr (has_call_shape_check<Mask>::value) {
+    mask.check_call_shape(batch, heads);
+  } else {
+    (void)mask, (void)batch, (void)heads;
+  }
+}
+
 // A user-written element mask: `keep(i, j)` from any callable. Every tile is Partial, so the callable is
 // asked for every score; write a full policy (kv_begin/kv_end/tile) when the structure lets tiles be
 // skipped.

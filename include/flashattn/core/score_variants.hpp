@@ -4,6 +4,8 @@
 //   alibi(slopes, mask)        s -> s − slope_h·|i + off − j|       (ALiBi; off = seq_k − seq_q, per sequence)
 //   sinks(logits, mask)        one more logit, logits[h], in every row's softmax denominator (gpt-oss);
 //                              its gradient: BackwardExtras::d_sinks
+//   bias(view, mask)           s -> s + bias[b, h, i, j]            (a BiasView, broadcast over batch / heads);
+//                              its gradient: BackwardExtras::d_bias
 // Each takes another variant as its `mask` too (sinks(logits, soft_cap(30, causal_mask()))): the inner
 // score change applies first.
 // `mask` is any mask policy, or one built per sequence from its lengths: causal_mask(), window_mask(l, r),
@@ -18,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "flashattn/core/backward_params.hpp"
 #include "flashattn/core/errors.hpp"
 #include "flashattn/core/lanes.hpp"
 #include "flashattn/core/masks.hpp"
@@ -217,6 +220,95 @@ Sinks<Mask> sinks(const float* logits, index_t heads, Mask mask) {
 template <class Mask>
 Sinks<Mask> sinks(const std::vector<float>& logits, Mask mask) {
   return sinks(logits.data(), index_t(logits.size()), std::move(mask));
+}
+
+// ---- Additive bias --------------------------------------------------------------------------------------------
+
+// An additive bias tensor (BiasView, core/views.hpp: relative-position biases, padding as −inf) over a
+// base: score(i, j, s) = base's score + bias[b, h, i, j]. Its gradient: BackwardExtras::d_bias.
+
+// One (batch entry, head)'s bias matrix over a base.
+template <class Base>
+struct BiasHead : ForwardsMask<Base> {
+  static constexpr bool modifies_scores = true;
+  static constexpr bool lane_scores = base_allows_lanes_v<Base>;
+  static constexpr bool lane_score_grads = base_allows_lane_grads_v<Base>;
+  const float* values = nullptr;  // element (i, j) at values[i·stride_q + j]
+  index_t stride_q = 0;
+
+  template <class I, class J, class S>
+  FLASHATTN_HOST_DEVICE S score(I i, J j, S s) const {
+    return base_score(this->base, i, j, s) + S(load_at(values, i * stride_q + j));
+  }
+  template <class I, class J, class S, class B = Base>
+  FLASHATTN_HOST_DEVICE std::enable_if_t<differentiable_mask_v<B>, S> score_grad(I i, J j, S s) const {
+    return base_score_grad(this->base, i, j, s);
+  }
+};
+
+template <class Base>
+struct Bias {
+  Base base;
+  BiasView view;
+
+  auto for_sequence(const SequenceInfo& s) const {
+    using Inner = decltype(policy_for(base, s));
+    const index_t b = view.batch == 1 ? 0 : s.batch, h = view.heads == 1 ? 0 : s.head;
+    return BiasHead<Inner>{{policy_for(base, s)}, view.data + b * view.stride_batch + h * view.stride_head,
+                           view.stride_q};
+  }
+  // The entry points check the call against these (masks.hpp's check_policy_lengths, check_policy_shape).
+  index_t mask_seq_q() const { return view.seq_q; }
+  index_t mask_seq_k() const { return view.seq_k; }
+  void check_call_shape(index_t batch, index_t heads) const {
+    if ((view.batch != 1 && view.batch != batch) || (view.heads != 1 && view.heads != heads))
+      throw InvalidArgument("bias: batch=" + std::to_string(view.batch) + " heads=" + std::to_string(view.heads) +
+                            " must each be 1 (broadcast) or the call's (batch=" + std::to_string(batch) +
+                            ", heads=" + std::to_string(heads) + ")");
+  }
+};
+
+template <class Mask>
+Bias<Mask> bias(const BiasView& view, Mask mask) {
+  if (view.batch < 1 || view.heads < 1 || view.seq_q < 0 || view.seq_k < 0)
+    throw InvalidArgument("bias: batch and heads must be >= 1 and seq_q, seq_k >= 0, got batch=" +
+                          std::to_string(view.batch) + " heads=" + std::to_string(view.heads) +
+                          " seq_q=" + std::to_string(view.seq_q) + " seq_k=" + std::to_string(view.seq_k));
+  if (view.stride_batch < 0 || view.stride_head < 0 || view.stride_q < view.seq_k)
+    throw InvalidArgument("bias: strides must be >= 0 and stride_q >= seq_k, got stride_batch=" +
+                          std::to_string(view.stride_batch) + " stride_head=" + std::to_string(view.stride_head) +
+                          " stride_q=" + std::to_string(view.stride_q) + " seq_k=" + std::to_string(view.seq_k));
+  if (view.data == nullptr && view.seq_q > 0 && view.seq_k > 0) throw InvalidArgument("bias: data is null");
+  return {std::move(mask), view};
+}
+
+// The bias(...) inside a policy, itself or under other variants (soft_cap(c, bias(...)), ...), for the
+// backward's d_bias (BiasInPolicy, core/backward_params.hpp). The bias's gradient is the score gradient dS
+// wherever its own base leaves scores unchanged (a mask): the variants around it differentiate the biased
+// score as a whole. Under a base that changes scores it is not (the base's derivative would have to be
+// divided out again), so that case is reported, not computed.
+namespace detail {
+template <class P, class = void>
+struct has_base_member : std::false_type {};
+template <class P>
+struct has_base_member<P, std::void_t<decltype(std::declval<const P&>().base)>> : std::true_type {};
+template <class P>
+struct is_bias : std::false_type {};
+template <class B>
+struct is_bias<Bias<B>> : std::true_type {};
+}  // namespace detail
+
+template <class Policy>
+BiasInPolicy bias_in_policy(const Policy& policy) {
+  if constexpr (detail::is_bias<Policy>::value) {
+    using BaseHead = decltype(policy_for(policy.base, SequenceInfo{}));
+    return {&policy.view, modifies_scores_v<BaseHead>};
+  } else if constexpr (detail::has_base_member<Policy>::value) {
+    return bias_in_policy(policy.base);
+  } else {
+    (void)policy;
+    return {};
+  }
 }
 
 }  // namespace flashattn

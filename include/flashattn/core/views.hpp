@@ -69,6 +69,20 @@ inline LseView lse_bhs(float* data, index_t batch, index_t heads, index_t seq) {
   return {data, batch, heads, seq, heads * seq, seq, 1};
 }
 
+// A (batch, heads, seq_q, seq_k) float tensor of additive score biases (bias(...) in score_variants.hpp);
+// a batch or heads extent of 1 is broadcast over the call's. Rows of seq_k keys at stride_q, stride 1
+// along keys.
+struct BiasView {
+  const float* data = nullptr;
+  index_t batch = 0, heads = 0, seq_q = 0, seq_k = 0;
+  index_t stride_batch = 0, stride_head = 0, stride_q = 0;
+};
+
+// Contiguous (batch, heads, seq_q, seq_k).
+inline BiasView bias_bhqk(const float* data, index_t batch, index_t heads, index_t seq_q, index_t seq_k) {
+  return {data, batch, heads, seq_q, seq_k, heads * seq_q * seq_k, seq_q * seq_k, seq_k};
+}
+
 namespace detail {
 // Keeps a view parameter out of template argument deduction, so that views of non-const data convert to
 // TensorView<const T> and T is taken from the output (every entry point's q, k, v).

@@ -165,9 +165,10 @@ class BackwardKernel {
   };
 
   // dQ of query rows [q0, q0 + BlockQ) of head h, and the rows' statistics (written to `stats`).
+  // d_bias_rows: where row q0's dS is added (row q0 + r at d_bias_rows + r·seq_k, key j at + j), or null.
   template <class Layout, class Mask>
   static void run_dq(const BackwardParams<T, Layout>& whole, const Mask& mask, const SequenceInfo& seq, index_t q0,
-                     DqScratch& s, const RowStats<Acc>& stats) {
+                     DqScratch& s, const RowStats<Acc>& stats, float* d_bias_rows = nullptr) {
     require_score_grad<Mask>();
     const index_t b = seq.batch, h = seq.head;
     const BackwardParams<T, Layout> p = whole.entry(b);
@@ -209,6 +210,7 @@ class BackwardKernel {
       // Sᵀ -> Pᵀ (kept in st) and dPᵀ -> dSᵀ (in dpt).
       probabilities_and_ds<QueryLanes, modifies_scores_v<Mask>>(s.st(), s.dpt(), s.gt(), cols, score_scale<Mask>(p),
                                                                 s.delta(), s.neg_lse());
+      if (d_bias_rows != nullptr) add_scores_transposed(d_bias_rows + k0, seq.seq_k, s.dpt(), cols, rows);
 
       // dQᵀ (d, BlockQ) += Kᵀ·dSᵀ, while the next tile's K rows are fetched.
       const auto k_as_v = OpsQ::stage_for_pv(s.kv_stage(), k_rows, b, h_kv, k0, cols, d);
@@ -440,6 +442,15 @@ class BackwardKernel {
         V::store(s + at, pr);
         V::store(dp + at, ds);
       }
+    }
+  }
+
+  // out[r·stride + c] += tile[c·BlockQ + r] for the tile's `rows` queries and `cols` keys: a transposed
+  // (keys, BlockQ) score tile added into a row-major (queries, keys) matrix (d_bias).
+  static void add_scores_transposed(float* out, index_t stride, const Acc* tile, int cols, int rows) {
+    for (int r = 0; r < rows; ++r) {
+      float* row = out + r * stride;
+      for (int c = 0; c < cols; ++c) row[c] += float(tile[c * BlockQ + r]);
     }
   }
 

@@ -1,13 +1,15 @@
 #pragma once
 // The CPU backward's scheduler: runs the two programs of backward_kernel.hpp over the whole problem.
 //
-//   pass 1, items (batch, query head, query block): dQ, and each row's D and −LSE into `stats`;
+//   pass 1, items (batch, query head, query block): dQ, and each row's D and −LSE into `stats` (and dS into
+//           d_bias, where asked: then items (bias batch, bias head, query block));
 //   pass 2, items (batch, KV head, key block):      dK and dV, reading `stats`.
 //
 // Each gradient element is written by one item, accumulated in an order fixed by the item alone, so the
 // bits do not depend on the thread count or on which thread takes which item. Pass 2 starts when pass 1
 // has finished (run_workers joins), which is the only ordering the statistics need.
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -60,16 +62,44 @@ void run_backward(int num_threads, const BackwardParams<T, Layout>& p, const Mas
   const RowStats<Acc> stats{stat_buffer.data(), stat_buffer.data() + stat_rows, rows_per_head};
 
   // Pass 1: the heaviest query blocks of a causal problem (the last ones) first, as in the forward.
-  const WorkGrid dq_grid{p.batch(), p.q.heads, WorkGrid::blocks_of(p.seqs.max_q_len(), Kernel::BlockQ), true};
-  run_workers(dq_grid.size(), threads, [&](WorkQueue& queue) {
-    typename Kernel::DqScratch scratch(int(p.q.dim));
-    for (index_t i; queue.next(i);) {
-      const WorkItem item = dq_grid[i];
-      const SequenceInfo seq = sequence_info(p.seqs, item.batch, item.head);
-      if (item.block * Kernel::BlockQ >= seq.seq_q) continue;
-      Kernel::run_dq(p, policy_for(mask, seq), seq, item.block * Kernel::BlockQ, scratch, stats);
-    }
-  });
+  if (p.d_bias.data == nullptr) {
+    const WorkGrid dq_grid{p.batch(), p.q.heads, WorkGrid::blocks_of(p.seqs.max_q_len(), Kernel::BlockQ), true};
+    run_workers(dq_grid.size(), threads, [&](WorkQueue& queue) {
+      typename Kernel::DqScratch scratch(int(p.q.dim));
+      for (index_t i; queue.next(i);) {
+        const WorkItem item = dq_grid[i];
+        const SequenceInfo seq = sequence_info(p.seqs, item.batch, item.head);
+        if (item.block * Kernel::BlockQ >= seq.seq_q) continue;
+        Kernel::run_dq(p, policy_for(mask, seq), seq, item.block * Kernel::BlockQ, scratch, stats);
+      }
+    });
+  } else {
+    // With d_bias (a bias on a dense call: every entry has the bias's seq_q x seq_k): items (bias batch, bias
+    // head, query block), each zeroing its rows of the d_bias plane and then adding into them the dS of
+    // every (batch entry, head) that the plane serves, entries then heads in order. A broadcast extent is
+    // summed in a fixed order, so the bits do not depend on the thread count; dQ and the statistics are
+    // those of the other grid.
+    const BiasGrad& g = p.d_bias;
+    const index_t seq_q = p.seqs.max_q_len(), seq_k = p.seqs.max_kv_len();
+    const WorkGrid grid{g.batch, g.heads, WorkGrid::blocks_of(seq_q, Kernel::BlockQ), true};
+    run_workers(grid.size(), threads, [&](WorkQueue& queue) {
+      typename Kernel::DqScratch scratch(int(p.q.dim));
+      for (index_t i; queue.next(i);) {
+        const WorkItem item = grid[i];
+        const index_t q0 = item.block * Kernel::BlockQ;
+        if (q0 >= seq_q) continue;
+        float* rows = g.data + ((item.batch * g.heads + item.head) * seq_q + q0) * seq_k;
+        std::fill(rows, rows + std::min(index_t(Kernel::BlockQ), seq_q - q0) * seq_k, 0.0f);
+        const index_t b0 = g.batch == 1 ? 0 : item.batch, b1 = g.batch == 1 ? p.batch() : item.batch + 1;
+        const index_t h0 = g.heads == 1 ? 0 : item.head, h1 = g.heads == 1 ? p.q.heads : item.head + 1;
+        for (index_t b = b0; b < b1; ++b)
+          for (index_t h = h0; h < h1; ++h) {
+            const SequenceInfo seq = sequence_info(p.seqs, b, h);
+            Kernel::run_dq(p, policy_for(mask, seq), seq, q0, scratch, stats, rows);
+          }
+      }
+    });
+  }
 
   if (p.d_sinks != nullptr) sink_gradients(p, mask, stats);
 
