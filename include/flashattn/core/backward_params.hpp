@@ -40,21 +40,21 @@ struct BiasGrad {
 
 template <class T, class Layout = EqualLengths>
 struct BackwardParams {
-  TensorView<const T> q;    // (batch, seq_q, heads_q, dim)
-  TensorView<const T> k;    // (batch, seq_k, heads_kv, dim)
-  TensorView<const T> v;    // (batch, seq_k, heads_kv, dim)
-  TensorView<const T> o;    // (batch, seq_q, heads_q, dim): the forward's output
-  TensorView<const T> d_o;  // (batch, seq_q, heads_q, dim): dLoss/dO
-  LseView lse;              // (batch, heads_q, seq_q): the forward's LSE (read only), never empty here
-  TensorView<T> dq;         // like q
-  TensorView<T> dk;         // like k: summed over the `group` query heads that share each KV head
-  TensorView<T> dv;         // like v: idem
-  Layout seqs;              // per-entry query and key counts
-  double scale = 1.0;       // resolved: never unset here
-  index_t group = 1;        // heads_q / heads_kv: query head h reads KV head h / group
-  LseView d_lse{};          // dLoss/dLSE, shaped like lse; empty: none (BackwardExtras)
-  float* d_sinks = nullptr; // receives dLoss/d sink logit per query head; null: not wanted
-  BiasGrad d_bias{};        // receives dLoss/d bias; data null: not wanted
+  TensorView<const T> q;     // (batch, seq_q, heads_q, dim)
+  TensorView<const T> k;     // (batch, seq_k, heads_kv, dim)
+  TensorView<const T> v;     // (batch, seq_k, heads_kv, dim)
+  TensorView<const T> o;     // (batch, seq_q, heads_q, dim): the forward's output
+  TensorView<const T> d_o;   // (batch, seq_q, heads_q, dim): dLoss/dO
+  LseView lse;               // (batch, heads_q, seq_q): the forward's LSE (read only), never empty here
+  TensorView<T> dq;          // like q
+  TensorView<T> dk;          // like k: summed over the `group` query heads that share each KV head
+  TensorView<T> dv;          // like v: idem
+  Layout seqs;               // per-entry query and key counts
+  double scale = 1.0;        // resolved: never unset here
+  index_t group = 1;         // heads_q / heads_kv: query head h reads KV head h / group
+  LseView d_lse{};           // dLoss/dLSE, shaped like lse; empty: none (BackwardExtras)
+  float* d_sinks = nullptr;  // receives dLoss/d sink logit per query head; null: not wanted
+  BiasGrad d_bias{};         // receives dLoss/d bias; data null: not wanted
 
   index_t kv_head(index_t h) const { return h / group; }
   index_t batch() const { return seqs.batch; }

@@ -10,9 +10,9 @@
 #include <utility>
 
 #include "flashattn/core/backward_params.hpp"
-#include "flashattn/core/sequence.hpp"
 #include "flashattn/core/errors.hpp"
 #include "flashattn/core/options.hpp"
+#include "flashattn/core/sequence.hpp"
 #include "flashattn/core/validate.hpp"
 #include "flashattn/core/views.hpp"
 
@@ -79,11 +79,11 @@ void check_backward_views(const TensorView<const T>& q, const TensorView<const T
   const detail::ByteSpan dk_span = detail::check_view("dk", dk);
   const detail::ByteSpan dv_span = detail::check_view("dv", dv);
 
-  if (k.batch != q.batch || v.batch != q.batch || o.batch != q.batch || d_o.batch != q.batch ||
-      dq.batch != q.batch || dk.batch != q.batch || dv.batch != q.batch)
+  if (k.batch != q.batch || v.batch != q.batch || o.batch != q.batch || d_o.batch != q.batch || dq.batch != q.batch ||
+      dk.batch != q.batch || dv.batch != q.batch)
     fail("batch sizes disagree: " + describe("q", q) + ", " + describe("k", k) + ", " + describe("v", v) + ", " +
-         describe("o", o) + ", " + describe("d_o", d_o) + ", " + describe("dq", dq) + ", " + describe("dk", dk) +
-         ", " + describe("dv", dv));
+         describe("o", o) + ", " + describe("d_o", d_o) + ", " + describe("dq", dq) + ", " + describe("dk", dk) + ", " +
+         describe("dv", dv));
   if (v.seq != k.seq) fail("k and v must have the same seq length: " + describe("k", k) + ", " + describe("v", v));
   if (q.heads < 1 || k.heads < 1) fail("heads must be >= 1: " + describe("q", q) + ", " + describe("k", k));
   if (v.heads != k.heads) fail("k and v must have the same heads: " + describe("k", k) + ", " + describe("v", v));
@@ -108,9 +108,8 @@ void check_backward_views(const TensorView<const T>& q, const TensorView<const T
          std::to_string(q.batch) + ", " + std::to_string(q.heads) + ", " + std::to_string(q.seq) + "), got " +
          describe(lse));
   const detail::ByteSpan lse_span =
-      detail::checked_span<3>([&] { return describe(lse); }, lse.data, sizeof(float),
-                              {lse.batch, lse.heads, lse.seq}, {lse.stride_batch, lse.stride_head, lse.stride_seq},
-                              {"batch", "heads", "seq"});
+      detail::checked_span<3>([&] { return describe(lse); }, lse.data, sizeof(float), {lse.batch, lse.heads, lse.seq},
+                              {lse.stride_batch, lse.stride_head, lse.stride_seq}, {"batch", "heads", "seq"});
 
   // Outputs: none may alias itself, another output, or an input (they are written while inputs are read).
   // Slices of one fused buffer that interleave without sharing an element are accepted.
@@ -144,10 +143,9 @@ void check_backward_views(const TensorView<const T>& q, const TensorView<const T
 // d_bias goes (data null: nowhere).
 template <class T>
 BiasGrad check_backward_extras(const BackwardExtras& x, bool policy_has_sink, const BiasInPolicy& bias,
-                               const TensorView<const T>& q, const TensorView<const T>& k,
-                               const TensorView<const T>& v, const TensorView<const T>& o,
-                               const TensorView<const T>& d_o, const LseView& lse, const TensorView<T>& dq,
-                               const TensorView<T>& dk, const TensorView<T>& dv) {
+                               const TensorView<const T>& q, const TensorView<const T>& k, const TensorView<const T>& v,
+                               const TensorView<const T>& o, const TensorView<const T>& d_o, const LseView& lse,
+                               const TensorView<T>& dq, const TensorView<T>& dk, const TensorView<T>& dv) {
   const std::pair<const char*, ByteSpan> outputs[] = {
       {"dq", check_view("dq", dq)}, {"dk", check_view("dk", dk)}, {"dv", check_view("dv", dv)}};
   const auto lse_span_of = [](const LseView& l, const char* name) {
@@ -174,31 +172,41 @@ BiasGrad check_backward_extras(const BackwardExtras& x, bool policy_has_sink, co
   ByteSpan sinks_span, bias_grad_span, bias_span;
   if (x.d_sinks != nullptr) {
     if (!policy_has_sink)
-      fail("extras.d_sinks is set, but the call's policy has no sink (sink_logit()): pass sinks(logits, mask) "
-           "to attention_backward_masked, as to the forward");
+      fail(
+          "extras.d_sinks is set, but the call's policy has no sink (sink_logit()): pass sinks(logits, mask) "
+          "to attention_backward_masked, as to the forward");
     sinks_span = float_span(x.d_sinks, q.heads);
   }
   BiasGrad grad;
   if (x.d_bias != nullptr) {
     if (bias.view == nullptr)
-      fail("extras.d_bias is set, but the call's policy has no bias: pass bias(view, mask) (or a variant over "
-           "it) to attention_backward_masked, as to the forward");
+      fail(
+          "extras.d_bias is set, but the call's policy has no bias: pass bias(view, mask) (or a variant over "
+          "it) to attention_backward_masked, as to the forward");
     if (bias.base_changes_scores)
-      fail("extras.d_bias: the bias's own mask changes scores (bias(view, soft_cap(...))); d_bias is computed "
-           "for a bias over a plain mask, with any score change outside it (soft_cap(c, bias(view, mask)))");
+      fail(
+          "extras.d_bias: the bias's own mask changes scores (bias(view, soft_cap(...))); d_bias is computed "
+          "for a bias over a plain mask, with any score change outside it (soft_cap(c, bias(view, mask)))");
     const BiasView& view = *bias.view;
-    bias_span = checked_span<4>([] { return std::string("bias view"); }, view.data, sizeof(float),
-                                {view.batch, view.heads, view.seq_q, view.seq_k},
-                                {view.stride_batch, view.stride_head, view.stride_q, 1},
-                                {"batch", "heads", "seq_q", "seq_k"});
+    bias_span =
+        checked_span<4>([] { return std::string("bias view"); }, view.data, sizeof(float),
+                        {view.batch, view.heads, view.seq_q, view.seq_k},
+                        {view.stride_batch, view.stride_head, view.stride_q, 1}, {"batch", "heads", "seq_q", "seq_k"});
     bias_grad_span = float_span(x.d_bias, view.batch * view.heads * q.seq * k.seq);
     grad = {x.d_bias, view.batch, view.heads};
   }
-  const std::pair<const char*, ByteSpan> others[] = {
-      {"q", check_view("q", q)},     {"k", check_view("k", k)},       {"v", check_view("v", v)},
-      {"o", check_view("o", o)},     {"d_o", check_view("d_o", d_o)}, {"lse", lse_span_of(lse, "lse")},
-      {"extras.d_lse", d_lse_span}, {"the bias", bias_span},         outputs[0],
-      outputs[1],                    outputs[2],                      {"extras.d_sinks", sinks_span}};
+  const std::pair<const char*, ByteSpan> others[] = {{"q", check_view("q", q)},
+                                                     {"k", check_view("k", k)},
+                                                     {"v", check_view("v", v)},
+                                                     {"o", check_view("o", o)},
+                                                     {"d_o", check_view("d_o", d_o)},
+                                                     {"lse", lse_span_of(lse, "lse")},
+                                                     {"extras.d_lse", d_lse_span},
+                                                     {"the bias", bias_span},
+                                                     outputs[0],
+                                                     outputs[1],
+                                                     outputs[2],
+                                                     {"extras.d_sinks", sinks_span}};
   for (const auto& [name, span] : others) {
     if (span.begin != sinks_span.begin && sinks_span.overlaps(span))  // (the last one is d_sinks itself)
       fail(std::string("extras.d_sinks overlaps the memory of ") + name);
@@ -214,13 +222,26 @@ template <class T>
 BackwardParams<T> make_backward_params(const TensorView<const T>& q, const TensorView<const T>& k,
                                        const TensorView<const T>& v, const TensorView<const T>& o,
                                        const TensorView<const T>& d_o, const LseView& lse, const TensorView<T>& dq,
-                                       const TensorView<T>& dk, const TensorView<T>& dv,
-                                       const AttentionOptions& opts, const BackwardExtras& extras = {},
-                                       bool policy_has_sink = false, const BiasInPolicy& bias = {}) {
+                                       const TensorView<T>& dk, const TensorView<T>& dv, const AttentionOptions& opts,
+                                       const BackwardExtras& extras = {}, bool policy_has_sink = false,
+                                       const BiasInPolicy& bias = {}) {
   detail::check_backward_views(q, k, v, o, d_o, lse, dq, dk, dv);
-  const BiasGrad d_bias = detail::check_backward_extras(extras, policy_has_sink, bias, q, k, v, o, d_o, lse, dq, dk, dv);
-  return BackwardParams<T>{q,  k,  v,  o, d_o, lse, dq, dk, dv, EqualLengths{q.batch, q.seq, k.seq},
-                           detail::resolve_scale(opts, q.dim), q.heads / k.heads, extras.d_lse, extras.d_sinks,
+  const BiasGrad d_bias =
+      detail::check_backward_extras(extras, policy_has_sink, bias, q, k, v, o, d_o, lse, dq, dk, dv);
+  return BackwardParams<T>{q,
+                           k,
+                           v,
+                           o,
+                           d_o,
+                           lse,
+                           dq,
+                           dk,
+                           dv,
+                           EqualLengths{q.batch, q.seq, k.seq},
+                           detail::resolve_scale(opts, q.dim),
+                           q.heads / k.heads,
+                           extras.d_lse,
+                           extras.d_sinks,
                            d_bias};
 }
 

@@ -189,20 +189,6 @@ Lanes<T, W>::Lanes(const Positions<W>& p) {
   for (int l = 0; l < W; ++l) v[l] = T(p.base + p.step * std::int64_t(l));
 }
 
-// p[k] for one index k, or for positions: one element per lane (a contiguous load for step 1, a gather
-// otherwise). What a policy reading a table (a bias matrix) calls with its index expression.
-template <class T>
-T load_at(const T* p, std::int64_t k) {
-  return p[k];
-}
-template <class T, int W>
-Lanes<T, W> load_at(const T* p, const Positions<W>& k) {
-  if (k.step == 1) return Lanes<T, W>::load(p + k.base);
-  Lanes<T, W> r;
-  for (int l = 0; l < W; ++l) r.v[l] = p[k.base + k.step * std::int64_t(l)];
-  return r;
-}
-
 template <class X>
 struct is_positions : std::false_type {};
 template <int W>

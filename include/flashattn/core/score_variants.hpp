@@ -233,12 +233,12 @@ struct BiasHead : ForwardsMask<Base> {
   static constexpr bool modifies_scores = true;
   static constexpr bool lane_scores = base_allows_lanes_v<Base>;
   static constexpr bool lane_score_grads = base_allows_lane_grads_v<Base>;
-  const float* values = nullptr;  // element (i, j) at values[i·stride_q + j]
-  index_t stride_q = 0;
+  static constexpr bool reads_score_table = true;
+  ScoreTable table;  // this head's (seq_q, seq_k) matrix (core/variants.hpp: how backends read it)
 
   template <class I, class J, class S>
   FLASHATTN_HOST_DEVICE S score(I i, J j, S s) const {
-    return base_score(this->base, i, j, s) + S(load_at(values, i * stride_q + j));
+    return base_score(this->base, i, j, s) + S(table.at(i, j));
   }
   template <class I, class J, class S, class B = Base>
   FLASHATTN_HOST_DEVICE std::enable_if_t<differentiable_mask_v<B>, S> score_grad(I i, J j, S s) const {
@@ -254,8 +254,9 @@ struct Bias {
   auto for_sequence(const SequenceInfo& s) const {
     using Inner = decltype(policy_for(base, s));
     const index_t b = view.batch == 1 ? 0 : s.batch, h = view.heads == 1 ? 0 : s.head;
-    return BiasHead<Inner>{{policy_for(base, s)}, view.data + b * view.stride_batch + h * view.stride_head,
-                           view.stride_q};
+    return BiasHead<Inner>{
+        {policy_for(base, s)},
+        ScoreTable{view.data + b * view.stride_batch + h * view.stride_head, view.stride_q, view.seq_q, view.seq_k}};
   }
   // The entry points check the call against these (masks.hpp's check_policy_lengths, check_policy_shape).
   index_t mask_seq_q() const { return view.seq_q; }
@@ -288,10 +289,6 @@ Bias<Mask> bias(const BiasView& view, Mask mask) {
 // score as a whole. Under a base that changes scores it is not (the base's derivative would have to be
 // divided out again), so that case is reported, not computed.
 namespace detail {
-template <class P, class = void>
-struct has_base_member : std::false_type {};
-template <class P>
-struct has_base_member<P, std::void_t<decltype(std::declval<const P&>().base)>> : std::true_type {};
 template <class P>
 struct is_bias : std::false_type {};
 template <class B>

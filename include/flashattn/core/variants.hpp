@@ -66,8 +66,8 @@ template <class P, class = void>
 struct has_output_transform : std::false_type {};
 template <class P>
 struct has_output_transform<
-    P, std::void_t<decltype(std::declval<const P&>().transform_output(index_t{}, index_t{}, 0.0f))>>
-    : std::true_type {};
+    P, std::void_t<decltype(std::declval<const P&>().transform_output(index_t{}, index_t{}, 0.0f))>> : std::true_type {
+};
 
 template <class P, class = void>
 struct has_for_sequence : std::false_type {};
@@ -87,9 +87,9 @@ template <class P>
 inline constexpr bool modifies_scores_v = detail::declares_modifies_scores<P>::value;
 // Whether score() / score_grad() may be called on Lanes (a backend then evaluates them a packet at a time).
 template <class P>
-inline constexpr bool lane_scores_v = modifies_scores_v<P> && detail::declares_lane_scores<P>::value;
+inline constexpr bool lane_scores_v = modifies_scores_v<P>&& detail::declares_lane_scores<P>::value;
 template <class P>
-inline constexpr bool lane_score_grads_v = lane_scores_v<P> && detail::declares_lane_score_grads<P>::value;
+inline constexpr bool lane_score_grads_v = lane_scores_v<P>&& detail::declares_lane_score_grads<P>::value;
 // Whether the policy adds a sink logit to every row's softmax.
 template <class P>
 inline constexpr bool has_sink_v = detail::has_sink_logit<P>::value;
@@ -134,6 +134,84 @@ struct ForwardsMask {
     return float(base.sink_logit());
   }
 };
+
+// ---- Score tables ------------------------------------------------------------------------------------
+// A policy whose score reads a matrix of per-(i, j) terms (bias(...) in score_variants.hpp) holds it as a
+// ScoreTable named `table` and declares `reads_score_table`. Read a packet of consecutive queries at one key
+// (how a backend whose score tiles run along queries evaluates it), the matrix gives one element per row,
+// seq_k floats apart: a gather that would cost more than the tile's arithmetic. So such a backend copies
+// the policy (a few words), transposes the tile it is about to score into scratch of its own (reading
+// the matrix's rows in order) and binds that tile on the copy (score_table_of finds the table under any
+// variants); each packet is then one contiguous load. Unbound, every read is bounds-checked per lane: lanes
+// past a tile's edge (whose results a backend discards) read 0, never past the matrix.
+struct ScoreTable {
+  const float* values = nullptr;  // element (i, j) at values[i·stride + j], for i < rows and j < cols
+  index_t stride = 0, rows = 0, cols = 0;
+  // Where bound: element (i, j) of the tile at tile[(j − tile_k0)·tile_ld + (i − tile_q0)].
+  const float* tile = nullptr;
+  index_t tile_q0 = 0, tile_k0 = 0, tile_ld = 0;
+
+  FLASHATTN_HOST_DEVICE float at(index_t i, index_t j) const { return values[i * stride + j]; }
+  template <int W>  // queries on lanes
+  Lanes<float, W> at(const Positions<W>& i, index_t j) const {
+    if (tile != nullptr && i.step == 1)
+      return Lanes<float, W>::load(tile + (j - tile_k0) * tile_ld + (i.base - tile_q0));
+    Lanes<float, W> r;
+    for (int l = 0; l < W; ++l) {
+      const index_t q = i.base + i.step * l;
+      r.v[l] = q >= 0 && q < rows ? values[q * stride + j] : 0.0f;
+    }
+    return r;
+  }
+  template <int W>  // keys on lanes
+  Lanes<float, W> at(index_t i, const Positions<W>& j) const {
+    const float* row = values + i * stride;
+    if (j.step == 1 && j.base >= 0 && j.base + W <= cols) return Lanes<float, W>::load(row + j.base);
+    Lanes<float, W> r;
+    for (int l = 0; l < W; ++l) {
+      const index_t k = j.base + j.step * l;
+      r.v[l] = k >= 0 && k < cols ? row[k] : 0.0f;
+    }
+    return r;
+  }
+};
+
+namespace detail {
+template <class P, class = void>
+struct has_base_member : std::false_type {};
+template <class P>
+struct has_base_member<P, std::void_t<decltype(std::declval<const P&>().base)>> : std::true_type {};
+template <class P, class = void>
+struct declares_score_table : std::false_type {};
+template <class P>
+struct declares_score_table<P, std::void_t<decltype(P::reads_score_table)>>
+    : std::bool_constant<bool(P::reads_score_table)> {};
+
+template <class P>
+constexpr bool holds_score_table() {
+  if constexpr (declares_score_table<P>::value) {
+    return true;
+  } else if constexpr (has_base_member<P>::value) {
+    return holds_score_table<std::remove_cv_t<decltype(std::declval<const P&>().base)>>();
+  } else {
+    return false;
+  }
+}
+}  // namespace detail
+
+// Whether a (per-head) policy reads a score table, itself or in a base under it.
+template <class P>
+inline constexpr bool holds_score_table_v = detail::holds_score_table<P>();
+
+// That table, on a policy the backend owns (a copy).
+template <class P>
+ScoreTable& score_table_of(P& policy) {
+  if constexpr (detail::declares_score_table<P>::value) {
+    return policy.table;
+  } else {
+    return score_table_of(policy.base);
+  }
+}
 
 // Whether a variant over `Base` may run on lanes: the base changes no score, or does so on lanes too.
 template <class Base>

@@ -47,6 +47,7 @@
 #include "flashattn/core/variants.hpp"
 #include "flashattn/cpu/aligned_buffer.hpp"
 #include "flashattn/cpu/prefetch.hpp"
+#include "flashattn/cpu/score_table.hpp"
 #include "flashattn/cpu/simd.hpp"
 #include "flashattn/cpu/tile_ops.hpp"
 #include "flashattn/cpu/tile_ops_bf16.hpp"
@@ -104,25 +105,27 @@ class BackwardKernel {
       std::fill(ones(), ones() + BlockQ, Acc(1));
     }
 
-    typename OpsQ::LaneElem* qt() { return qt_.data(); }     // Qᵀ, OpsQ's layout
-    typename OpsQ::LaneElem* dot() { return dot_.data(); }   // dOᵀ, OpsQ's layout
-    typename OpsQ::StagedElem* k_stage() { return stage_.data(); }                     // K tile as qk reads it
-    typename OpsQ::StagedElem* v_stage() { return stage_.data() + stage_elems_; }      // V tile as qk reads it
-    typename OpsQ::StagedElem* kv_stage() { return stage_.data() + 2 * stage_elems_; } // K tile as pv reads it
-    Acc* dqt() { return dqt_.data(); }                 // (d, BlockQ)       dQᵀ accumulator
-    Acc* st() { return st_.data(); }                   // (BlockKV, BlockQ) Sᵀ = K·Qᵀ (unscaled), then Pᵀ
-    Acc* dpt() { return dpt_.data(); }                 // (BlockKV, BlockQ) dPᵀ, then dSᵀ
-    Acc* gt() { return gt_.data(); }                   // (BlockKV, BlockQ) d score'/d score (score modifiers)
-    Acc* delta() { return rows_.data(); }              // (BlockQ)          D; 0 in padding rows
-    Acc* neg_lse() { return rows_.data() + BlockQ; }   // (BlockQ)          −LSE; −inf in padding rows
-    Acc* ones() { return rows_.data() + 2 * BlockQ; }  // (BlockQ)          pv's rescale factors: none here
+    typename OpsQ::LaneElem* qt() { return qt_.data(); }                                // Qᵀ, OpsQ's layout
+    typename OpsQ::LaneElem* dot() { return dot_.data(); }                              // dOᵀ, OpsQ's layout
+    typename OpsQ::StagedElem* k_stage() { return stage_.data(); }                      // K tile as qk reads it
+    typename OpsQ::StagedElem* v_stage() { return stage_.data() + stage_elems_; }       // V tile as qk reads it
+    typename OpsQ::StagedElem* kv_stage() { return stage_.data() + 2 * stage_elems_; }  // K tile as pv reads it
+    Acc* dqt() { return dqt_.data(); }                    // (d, BlockQ)       dQᵀ accumulator
+    Acc* st() { return st_.data(); }                      // (BlockKV, BlockQ) Sᵀ = K·Qᵀ (unscaled), then Pᵀ
+    Acc* dpt() { return dpt_.data(); }                    // (BlockKV, BlockQ) dPᵀ, then dSᵀ
+    Acc* gt() { return gt_.data(); }                      // (BlockKV, BlockQ) d score'/d score (score modifiers)
+    Acc* delta() { return rows_.data(); }                 // (BlockQ)          D; 0 in padding rows
+    Acc* neg_lse() { return rows_.data() + BlockQ; }      // (BlockQ)          −LSE; −inf in padding rows
+    Acc* ones() { return rows_.data() + 2 * BlockQ; }     // (BlockQ)          pv's rescale factors: none here
     Acc* row_buf() { return rows_.data() + 3 * BlockQ; }  // (d)            one converted input row
+    float* table_tile() { return table_tile_.get(); }     // (BlockKV, BlockQ) a score table's tile, transposed
 
    private:
     AlignedBuffer<typename OpsQ::LaneElem> qt_, dot_;
     AlignedBuffer<typename OpsQ::StagedElem> stage_;
     AlignedBuffer<Acc> dqt_, st_, dpt_, gt_, rows_;
     std::size_t stage_elems_;
+    TableTileBuffer<BlockKV, BlockQ> table_tile_;
   };
 
   // The working set of one dK/dV worker.
@@ -143,18 +146,18 @@ class BackwardKernel {
       std::fill(ones(), ones() + BlockKV, Acc(1));
     }
 
-    typename OpsKV::LaneElem* kt() { return kt_.data(); }  // Kᵀ, OpsKV's layout
-    typename OpsKV::LaneElem* vt() { return vt_.data(); }  // Vᵀ, OpsKV's layout
-    typename OpsKV::StagedElem* q_stage() { return stage_.data(); }                        // Q rows as qk reads them
-    typename OpsKV::StagedElem* do_stage() { return stage_.data() + stage_elems_; }        // dO rows as qk reads them
-    typename OpsKV::StagedElem* q_pv_stage() { return stage_.data() + 2 * stage_elems_; }  // Q rows as pv reads them
-    typename OpsKV::StagedElem* do_pv_stage() { return stage_.data() + 3 * stage_elems_; } // dO rows as pv reads them
-    Acc* dkt() { return dkt_.data(); }            // (d, BlockKV)      dKᵀ accumulator (unscaled)
-    Acc* dvt() { return dvt_.data(); }            // (d, BlockKV)      dVᵀ accumulator
-    Acc* s() { return s_.data(); }                // (BlockQ, BlockKV) S = Q·Kᵀ (unscaled), then P
-    Acc* dp() { return dp_.data(); }              // (BlockQ, BlockKV) dP, then dS
-    Acc* g() { return g_.data(); }                // (BlockQ, BlockKV) d score'/d score (score modifiers)
-    Acc* ones() { return rows_.data(); }          // (BlockKV)
+    typename OpsKV::LaneElem* kt() { return kt_.data(); }                                   // Kᵀ, OpsKV's layout
+    typename OpsKV::LaneElem* vt() { return vt_.data(); }                                   // Vᵀ, OpsKV's layout
+    typename OpsKV::StagedElem* q_stage() { return stage_.data(); }                         // Q rows as qk reads them
+    typename OpsKV::StagedElem* do_stage() { return stage_.data() + stage_elems_; }         // dO rows as qk reads them
+    typename OpsKV::StagedElem* q_pv_stage() { return stage_.data() + 2 * stage_elems_; }   // Q rows as pv reads them
+    typename OpsKV::StagedElem* do_pv_stage() { return stage_.data() + 3 * stage_elems_; }  // dO rows as pv reads them
+    Acc* dkt() { return dkt_.data(); }                 // (d, BlockKV)      dKᵀ accumulator (unscaled)
+    Acc* dvt() { return dvt_.data(); }                 // (d, BlockKV)      dVᵀ accumulator
+    Acc* s() { return s_.data(); }                     // (BlockQ, BlockKV) S = Q·Kᵀ (unscaled), then P
+    Acc* dp() { return dp_.data(); }                   // (BlockQ, BlockKV) dP, then dS
+    Acc* g() { return g_.data(); }                     // (BlockQ, BlockKV) d score'/d score (score modifiers)
+    Acc* ones() { return rows_.data(); }               // (BlockKV)
     Acc* row_buf() { return rows_.data() + BlockKV; }  // (d)
 
    private:
@@ -201,8 +204,13 @@ class BackwardKernel {
       const auto k_tile = OpsQ::stage_for_qk(s.k_stage(), k_rows, b, h_kv, k0, cols, d);
       // Sᵀ (cols, BlockQ) = K·Qᵀ, while this tile's V rows are fetched.
       OpsQ::qk(s.st(), s.qt(), k_tile, cols, d, prefetch_rows(v_rows, b, h_kv, k0, cols, d));
-      if (kind == TileKind::Partial || modifies_scores_v<Mask>)
+      if constexpr (holds_score_table_v<Mask>) {  // score_table.hpp
+        Mask bound = mask;
+        bind_table_tile<kIsa>(bound, s.table_tile(), BlockQ, q0, rows, k0, cols);
+        mask_tile<QueryLanes>(s.st(), s.gt(), bound, Acc(p.scale), TileSpan{q0, rows, k0, cols, true, k0, k1});
+      } else if (kind == TileKind::Partial || modifies_scores_v<Mask>) {
         mask_tile<QueryLanes>(s.st(), s.gt(), mask, Acc(p.scale), TileSpan{q0, rows, k0, cols, true, k0, k1});
+      }
 
       const auto v_tile = OpsQ::stage_for_qk(s.v_stage(), v_rows, b, h_kv, k0, cols, d);
       OpsQ::qk(s.dpt(), s.dot(), v_tile, cols, d);  // dPᵀ (cols, BlockQ) = V·dOᵀ
@@ -337,8 +345,8 @@ class BackwardKernel {
   // the true LSE, so nothing overflows), one more sweep sums ℓ = Σ_j exp(s_j − LSE) in double, and
   // LSE += log(ℓ). One extra Q·Kᵀ per tile: double is the accuracy reference, not a speed target.
   template <class Mask, class Layout>
-  static void refine_lse(const BackwardParams<T, Layout>& p, const Mask& mask, index_t b, index_t h_kv, index_t q0, int rows,
-                         int d, index_t kv_begin, index_t kv_end, DqScratch& s) {
+  static void refine_lse(const BackwardParams<T, Layout>& p, const Mask& mask, index_t b, index_t h_kv, index_t q0,
+                         int rows, int d, index_t kv_begin, index_t kv_end, DqScratch& s) {
     alignas(64) Acc sums[BlockQ] = {};
     // A sink (core/variants.hpp) is one more term of every row's sum: exp(sink − LSE).
     if constexpr (has_sink_v<Mask>) {

@@ -19,6 +19,7 @@
 #include "flashattn/cpu/forward_epilogue.hpp"
 #include "flashattn/cpu/online_softmax.hpp"
 #include "flashattn/cpu/prefetch.hpp"
+#include "flashattn/cpu/score_table.hpp"
 #include "flashattn/cpu/staged_tile_cache.hpp"
 #include "flashattn/cpu/tile_ops.hpp"
 #include "flashattn/cpu/tile_ops_amx.hpp"
@@ -64,13 +65,14 @@ class ForwardKernel {
     typename Ops::LaneElem* qt(int g) { return qt_.data() + g * q_elems_; }  // panel g's Qᵀ tile, Ops' layout
     typename Ops::StagedElem* k_stage() { return k_stage_.data(); }
     typename Ops::StagedElem* v_stage() { return v_stage_.data(); }
-    Acc* ot(int g) { return ot_.data() + g * o_elems_; }   // (d, PanelQ)       panel g's Oᵀ accumulator
-    Acc* st() { return st_.data(); }                        // (BlockKV, PanelQ) Sᵀ, then Pᵀ, of one panel
-    Acc* alpha() { return rows_.data(); }                   // (PanelQ) O rescale of the current tile
-    Acc* inv_l() { return rows_.data() + PanelQ; }          // (PanelQ)
-    Acc* lse() { return rows_.data() + 2 * PanelQ; }        // (PanelQ)
-    Acc* row_buf() { return rows_.data() + 3 * PanelQ; }    // (d) one converted input row
-    TileCache& tile_cache() { return tile_cache_; }              // staged tiles kept for the head's next blocks
+    Acc* ot(int g) { return ot_.data() + g * o_elems_; }  // (d, PanelQ)       panel g's Oᵀ accumulator
+    Acc* st() { return st_.data(); }                      // (BlockKV, PanelQ) Sᵀ, then Pᵀ, of one panel
+    Acc* alpha() { return rows_.data(); }                 // (PanelQ) O rescale of the current tile
+    Acc* inv_l() { return rows_.data() + PanelQ; }        // (PanelQ)
+    Acc* lse() { return rows_.data() + 2 * PanelQ; }      // (PanelQ)
+    Acc* row_buf() { return rows_.data() + 3 * PanelQ; }  // (d) one converted input row
+    TileCache& tile_cache() { return tile_cache_; }       // staged tiles kept for the head's next blocks
+    float* table_tile() { return table_tile_.get(); }     // (BlockKV, PanelQ) a score table's tile, transposed
 
    private:
     worker_setup_t<Ops> setup_;  // first: set up before, and torn down after, everything that uses it
@@ -79,13 +81,14 @@ class ForwardKernel {
     AlignedBuffer<typename Ops::StagedElem> k_stage_, v_stage_;
     AlignedBuffer<Acc> ot_, st_, rows_;
     TileCache tile_cache_;
+    TableTileBuffer<BlockKV, PanelQ> table_tile_;
   };
 
   // Query rows [q0, q0 + BlockQ) of sequence `seq` (a batch entry and head), against all its keys: the final
   // O and LSE rows.
   template <class Kv, class Layout, class Mask, class Accounting>
-  static void run(const ForwardParams<T, Kv, Layout>& p, const Mask& mask, const SequenceInfo& seq, index_t q0, Scratch& s,
-                  Accounting& acct) {
+  static void run(const ForwardParams<T, Kv, Layout>& p, const Mask& mask, const SequenceInfo& seq, index_t q0,
+                  Scratch& s, Accounting& acct) {
     const int d = HeadDim > 0 ? HeadDim : int(p.head_dim());
     Softmax softmax[kPanels];
     const int panels = attend(p, mask, seq, q0, 0, seq.seq_k, s, softmax, acct);
@@ -131,8 +134,8 @@ class ForwardKernel {
   // Oᵀ in s.ot(g) and its running max and sum in softmax[g]. Returns the number of panels the block has
   // (fewer than kPanels in a short last block).
   template <class Kv, class Layout, class Mask, class Accounting>
-  static int attend(const ForwardParams<T, Kv, Layout>& p, const Mask& mask, const SequenceInfo& seq, index_t q0, index_t kv_lo,
-                    index_t kv_hi, Scratch& s, Softmax* softmax, Accounting& acct) {
+  static int attend(const ForwardParams<T, Kv, Layout>& p, const Mask& mask, const SequenceInfo& seq, index_t q0,
+                    index_t kv_lo, index_t kv_hi, Scratch& s, Softmax* softmax, Accounting& acct) {
     const index_t b = seq.batch, h = seq.head, seq_k = seq.seq_k;
     const index_t q1 = std::min(q0 + BlockQ, seq.seq_q);
     const int panels = int((q1 - q0 + PanelQ - 1) / PanelQ);
@@ -170,9 +173,9 @@ class ForwardKernel {
       const index_t t = k0 / BlockKV;
 
       const StagedTile k_tile = tile(s, TileCache::K, keep_k && grid_tile, t, s.k_stage(), cols, d, acct,
-                                 [&](typename Ops::StagedElem* dst, bool copy) {
-                                   return Ops::stage_for_qk(dst, p.k, b, h_kv, k0, cols, d, copy);
-                                 });
+                                     [&](typename Ops::StagedElem* dst, bool copy) {
+                                       return Ops::stage_for_qk(dst, p.k, b, h_kv, k0, cols, d, copy);
+                                     });
       acct.read(Traffic::K, cols * row_bytes);
       StagedTile v_tile{nullptr, 0};
       const int next_cols = int(std::min<index_t>(BlockKV, kv_end - k1));
@@ -184,8 +187,13 @@ class ForwardKernel {
         // While Q·Kᵀ runs, V's rows of this tile are fetched; while P·V runs, K's rows of the next.
         Ops::qk(s.st(), s.qt(g), k_tile, cols, d, prefetch_rows(p.v, b, h_kv, k0, cols, d));  // Sᵀ (cols, PanelQ)
 
-        if (panel_kind == TileKind::Partial || modifies_scores_v<Mask>)
+        if constexpr (holds_score_table_v<Mask>) {  // score_table.hpp
+          Mask bound = mask;
+          bind_table_tile<TileConfig::isa>(bound, s.table_tile(), PanelQ, qg, int(qg1 - qg), k0, cols);
+          apply_mask(s.st(), bound, qg, int(qg1 - qg), k0, cols, Acc(p.scale), panel_kind == TileKind::Partial);
+        } else if (panel_kind == TileKind::Partial || modifies_scores_v<Mask>) {
           apply_mask(s.st(), mask, qg, int(qg1 - qg), k0, cols, Acc(p.scale), panel_kind == TileKind::Partial);
+        }
 
         softmax[g].update(s.st(), cols, score_scale, s.alpha());  // Sᵀ -> Pᵀ, alpha
 
