@@ -199,10 +199,11 @@ struct Tensor {
 // BlockSparse: block_mask over the Element bits (cells of block_cell); SoftcapBuiltin, AlibiBuiltin: the
 // built-ins of core/score_variants.hpp, evaluated on lanes, against the reference's scalar functors;
 // Structured: chunked_mask / prefix_lm_mask / streaming_mask against element masks of their definitions;
-// SinksBuiltin: sinks(logits, band) against the reference's sink policy.
+// SinksBuiltin: sinks(logits, band) against the reference's sink policy; BiasBuiltin: bias(view, band), the
+// view broadcast over batch and / or heads or not, against a scalar score_mod per (entry, head).
 enum class MaskKind {
   Options, Element, Softcap, SoftcapBand, Alibi, Sink, BlockSparse, SoftcapBuiltin, AlibiBuiltin, Structured,
-  SinksBuiltin, Count
+  SinksBuiltin, BiasBuiltin, Count
 };
 
 struct Problem {
@@ -221,6 +222,8 @@ struct Problem {
   int structure = 0;               // Structured: 0 chunked causal, 1 chunked both ways, 2 prefix-LM, 3 streaming
   index_t structure_size = 1;      // the chunk, the prefix, or the sink tokens
   index_t structure_window = -1;   // streaming: the window (negative: unbounded)
+  std::vector<float> bias;         // BiasBuiltin: (bias_batch, bias_heads, seq_q, seq_k), contiguous
+  index_t bias_batch = 1, bias_heads = 1;
   bool want_lse = false;
 };
 
@@ -307,6 +310,28 @@ struct AlibiSlopesPolicy {
   }
 };
 
+// The bias's reference: one (seq_q, seq_k) plane added to the score, bounds-checked.
+struct BiasFn {
+  const float* plane;
+  index_t seq_q, seq_k;
+  template <class S>
+  S operator()(index_t i, index_t j, S s) const {
+    if (i < 0 || i >= seq_q || j < 0 || j >= seq_k) finding("score_mod asked about an index outside the problem");
+    return s + S(plane[i * seq_k + j]);
+  }
+};
+template <class Base>
+struct RefBiasPolicy {
+  static constexpr bool modifies_scores = true;
+  Base base;
+  const Problem* p;
+  fa::ScoreMod<BiasFn, Base> for_head(index_t b, index_t h) const {
+    const index_t pb = p->bias_batch == 1 ? 0 : b, ph = p->bias_heads == 1 ? 0 : h;
+    const float* plane = p->bias.data() + (pb * p->bias_heads + ph) * p->seq_q * p->seq_k;
+    return fa::score_mod(base, BiasFn{plane, p->seq_q, p->seq_k});
+  }
+};
+
 // An attention sink (core/variants.hpp) on a keep-mask, one logit per head through for_head().
 template <class Base>
 struct SinkHead {
@@ -382,6 +407,15 @@ void with_masks(const Problem& p, F&& f) {
       }
       return f(fa::sinks(p.sink_logits, fa::NoMask{p.seq_k}),
                SinkPolicy<fa::NoMask>{fa::NoMask{p.seq_k}, p.sink, p.heads_q});
+    }
+    case MaskKind::BiasBuiltin: {
+      const fa::BiasView view = fa::bias_bhqk(p.bias.empty() ? nullptr : p.bias.data(), p.bias_batch, p.bias_heads,
+                                              p.seq_q, p.seq_k);
+      if (p.band) {
+        using RefBase = decltype(ref_keep(mod_band));
+        return f(fa::bias(view, lib_band), RefBiasPolicy<RefBase>{ref_keep(mod_band), &p});
+      }
+      return f(fa::bias(view, fa::NoMask{p.seq_k}), RefBiasPolicy<fa::NoMask>{fa::NoMask{p.seq_k}, &p});
     }
     case MaskKind::Softcap:
     case MaskKind::SoftcapBand: {
@@ -820,6 +854,19 @@ void run(FuzzedDataProvider& fdp) {
     if (p.mask == MaskKind::Sink || p.mask == MaskKind::SinksBuiltin) p.sink = kSinks[fdp.ConsumeIntegralInRange(0, 4)];
     if (p.mask == MaskKind::SinksBuiltin)
       for (index_t h = 0; h < p.heads_q; ++h) p.sink_logits.push_back(p.sink + float(h) / 4);
+    if (p.mask == MaskKind::BiasBuiltin) {
+      // Broadcast or not in each of batch and heads; values of three magnitudes, and -inf entries (padding).
+      p.bias_batch = fdp.ConsumeBool() ? std::max<index_t>(p.batch, 1) : 1;
+      p.bias_heads = fdp.ConsumeBool() ? p.heads_q : 1;
+      static constexpr float kBiasScales[] = {0.5f, 3.0f, 30.0f};
+      const float bias_scale = kBiasScales[fdp.ConsumeIntegralInRange(0, 2)];
+      const int holes = fdp.ConsumeIntegralInRange(0, 3);  // in eighths
+      Rng bias_rng{fdp.ConsumeIntegral<std::uint64_t>()};
+      p.bias.resize(std::size_t(p.bias_batch * p.bias_heads * p.seq_q * p.seq_k));
+      for (float& x : p.bias)
+        x = int(bias_rng.below(8)) < holes ? -std::numeric_limits<float>::infinity()
+                                           : float(bias_rng.symmetric()) * bias_scale;
+    }
     if (p.mask == MaskKind::AlibiBuiltin) {
       p.slopes = fa::alibi_slopes(p.heads_q);
       for (float& slope : p.slopes) slope *= float(p.alibi_base);
