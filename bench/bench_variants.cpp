@@ -10,7 +10,8 @@
 //   x_kept                x_base / kept: within 1.2 of it is the block-sparse target
 //   (bias rows: the base is the plain call with the bias's mask)
 //   (block-sparse and structured-mask rows: chunked, streaming, prefix-LM; their base is plain non-causal)
-//   gflops_d, gflops_128, x_rate   (head_dim rows) the plain forward's rate at d and at d = 128, and their ratio
+//   gflops_d, gflops_128, x_rate   (head_dim rows) the plain forward's (or backward's) rate at d and at d = 128,
+//                                  and their ratio
 // Soft-capping runs at cap 30 (the scores, about N(0, 1), stay in tanh's fast range) and at cap 0.5 (most
 // packets leave it: the slower path everywhere).
 // The base is the plain call with the variant's mask: non-causal for soft-capping and the document masks
@@ -153,6 +154,25 @@ void bm_head_dim(benchmark::State& state, index_t d) {
   state.counters["x_rate"] = (double(d) / t_d) / (128.0 / t_128);
 }
 
+// The same for the backward (each problem's forward first, outside the timing, for its O and LSE).
+void bm_backward_head_dim(benchmark::State& state, index_t d) {
+  const int threads = int(state.range(0));
+  Problem pd(d), p128(128);
+  const flashattn::cpu::Context<> ctx{threads};
+  for (Problem* p : {&pd, &p128})
+    flashattn::attention_forward(ctx, p->in(p->q), p->in(p->k), p->in(p->v), p->out(p->o), {}, p->lse_view());
+  const auto backward = [&](Problem& p) {
+    flashattn::attention_backward(ctx, p.in(p.q), p.in(p.k), p.in(p.v), p.in(p.o), p.in(p.d_o), p.lse_view(),
+                                  p.out(p.dq), p.out(p.dk), p.out(p.dv));
+  };
+  const auto [t_d, t_128] = alternated_medians(
+      state, flashattn::bench::RateClock(threads), [&] { backward(pd); }, [&] { backward(p128); });
+  const double flops_per_d = 10.0 * double(kN) * double(kN) * double(kH);  // 5 GEMMs of N x N x d
+  state.counters["gflops_d"] = flops_per_d * double(d) / t_d * 1e-9;
+  state.counters["gflops_128"] = flops_per_d * 128.0 / t_128 * 1e-9;
+  state.counters["x_rate"] = (double(d) / t_d) / (128.0 / t_128);
+}
+
 template <class F>
 void add(const std::string& name, int iterations, F&& fn) {
   for (int threads : flashattn::bench::thread_counts())
@@ -260,6 +280,8 @@ int main(int argc, char** argv) {
   add("backward/doc_causal/block_mask", 3, [=](benchmark::State& s) { bm_backward(s, doc_block, false, kept); });
   for (index_t d : {72, 80, 96, 112, 192, 256})
     add("forward/head_dim/d:" + std::to_string(d), 3, [=](benchmark::State& s) { bm_head_dim(s, d); });
+  for (index_t d : {72, 80, 96, 112, 192, 256})
+    add("backward/head_dim/d:" + std::to_string(d), 3, [=](benchmark::State& s) { bm_backward_head_dim(s, d); });
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
 }
