@@ -16,6 +16,7 @@
 
 #include "expect_invalid.hpp"
 #include "flashattn/backward.hpp"
+#include "flashattn/core/block_mask.hpp"
 #include "flashattn/core/score_variants.hpp"
 #include "flashattn/forward.hpp"
 #include "flashattn/varlen.hpp"
@@ -224,6 +225,106 @@ TEST(BiasGrad, BadRequests) {
                                          packed(dv.data(), tk, heads, d), seqs, {}, extras);
       },
       "extras.d_bias is set, but the call's policy has no bias");
+}
+
+// The plane each (entry, head) reads, checked independently of Bias::for_sequence: a hand-written per-head
+// score_mod adding plane (b, h) of a full (batch, heads, sq, sk) tensor is the reference of the library's
+// bias over that tensor; and a broadcast bias, expanded by hand, gives the bits of the broadcast call. A
+// strided view (padded rows, padded head and batch strides) gives the bits of its contiguous copy.
+struct PlaneBias {
+  const float* data;
+  index_t heads, sq, sk;
+  auto for_head(index_t b, index_t h) const {
+    const float* plane = data + (b * heads + h) * sq * sk;
+    const index_t cols = sk;
+    return score_mod(BandMask::causal(sq, sk),
+                     [plane, cols](index_t i, index_t j, auto s) { return s + decltype(s)(plane[i * cols + j]); });
+  }
+};
+
+TEST(Bias, PlanesBroadcastAndStrides) {
+  const index_t batch = 2, hq = 4, hkv = 2, d = 32, sq = 37, sk = 53;
+  const double scale = 1.0 / std::sqrt(double(d));
+  const std::vector<float> full = random_bias(batch * hq * sq * sk, 3, true);
+  GradProblem<float> pr(Layout::Bshd, batch, sq, sk, hq, hkv, d, 8);
+  pr.forward_masked(bias(bias_bhqk(full.data(), batch, hq, sq, sk), causal_mask()));
+  EXPECT_TRUE(matches_reference(pr.q.cview(), pr.k.cview(), pr.v.cview(), pr.o.cview(), pr.lse.view(), scale,
+                                PlaneBias{full.data(), hq, sq, sk}, 4.0));
+  const std::vector<float> full_o = pr.o.storage();
+
+  // (1, hq) broadcast over the batch, against the same planes written out for each entry.
+  const std::vector<float> per_head = random_bias(hq * sq * sk, 4, false);
+  std::vector<float> expanded;
+  for (index_t b = 0; b < batch; ++b) expanded.insert(expanded.end(), per_head.begin(), per_head.end());
+  pr.forward_masked(bias(bias_bhqk(per_head.data(), 1, hq, sq, sk), causal_mask()));
+  const std::vector<float> broadcast_o = pr.o.storage();
+  pr.forward_masked(bias(bias_bhqk(expanded.data(), batch, hq, sq, sk), causal_mask()));
+  EXPECT_EQ(0, std::memcmp(broadcast_o.data(), pr.o.storage().data(), broadcast_o.size() * sizeof(float)));
+
+  // The full tensor behind padded strides: rows of sk + 5, heads of (sq + 2) rows, entries of hq + 1 heads.
+  const index_t row = sk + 5, head = (sq + 2) * row, entry = (hq + 1) * head;
+  std::vector<float> strided(std::size_t(batch * entry), std::nanf(""));
+  for (index_t b = 0; b < batch; ++b)
+    for (index_t h = 0; h < hq; ++h)
+      for (index_t i = 0; i < sq; ++i)
+        for (index_t j = 0; j < sk; ++j)
+          strided[std::size_t(b * entry + h * head + i * row + j)] =
+              full[std::size_t(((b * hq + h) * sq + i) * sk + j)];
+  pr.forward_masked(bias(BiasView{strided.data(), batch, hq, sq, sk, entry, head, row}, causal_mask()));
+  EXPECT_EQ(0, std::memcmp(full_o.data(), pr.o.storage().data(), full_o.size() * sizeof(float)));
+}
+
+// The checks reach a bias under other variants, and the policies under a bias.
+TEST(Bias, ChecksSeeThroughVariants) {
+  const index_t sq = 20, sk = 24;
+  const std::vector<float> values(std::size_t(3 * sq * sk), 0.0f);
+  GradProblem<float> pr(Layout::Bshd, 2, sq, sk, 4, 2, 16, 1);
+  const std::vector<float> logits(4, 0.5f), slopes3(3, 0.25f);
+  expect_invalid([&] { pr.forward_masked(soft_cap(3.0, bias(bias_bhqk(values.data(), 1, 1, sq, sk + 1), no_mask()))); },
+                 "mask policy: built for seq_q=20 seq_k=25, but the call has seq_q=20 seq_k=24");
+  expect_invalid([&] { pr.forward_masked(sinks(logits, bias(bias_bhqk(values.data(), 3, 1, sq, sk), no_mask()))); },
+                 "bias: batch=3 heads=1 must each be 1 (broadcast) or the call's (batch=2, heads=4)");
+  expect_invalid([&] { pr.forward_masked(bias(bias_bhqk(values.data(), 1, 1, sq, sk), alibi(slopes3, no_mask()))); },
+                 "mask policy: has per-head parameters for 3 heads, but q has heads=4");
+  expect_invalid(
+      [&] {
+        pr.forward_masked(bias(bias_bhqk(values.data(), 1, 1, sq, sk),
+                               block_mask(sq + 1, sk, [](index_t, index_t) { return true; })));
+      },
+      "mask policy: built for seq_q=21 seq_k=24");
+}
+
+// No output may overlap the bias, which the kernels read while they write.
+TEST(Bias, OutputsMustNotOverlapIt) {
+  const index_t sq = 20, sk = 24, d = 16;
+  GradProblem<float> pr(Layout::Bshd, 1, sq, sk, 2, 1, d, 1);
+  const BiasView in_o = bias_bhqk(pr.o.view().data, 1, 1, 4, 5);  // 20 floats inside o
+  GradProblem<float> small(Layout::Bshd, 1, 4, 5, 2, 1, d, 2);
+  expect_invalid(
+      [&] {
+        attention_forward_masked(small.q.cview(), small.k.cview(), small.v.cview(), bshd(pr.o.view().data, 1, 4, 2, d),
+                                 bias(in_o, no_mask()));
+      },
+      "o overlaps the memory of the bias");
+  const auto dq_bias = bias(bias_bhqk(pr.dq.view().data, 1, 1, 4, 5), no_mask());  // inside the dq passed below
+  expect_invalid(
+      [&] {
+        attention_backward_masked(small.q.cview(), small.k.cview(), small.v.cview(), small.o.cview(), small.d_o.cview(),
+                                  small.lse.view(), bshd(pr.dq.view().data, 1, 4, 2, d), small.dk.view(),
+                                  small.dv.view(), dq_bias);
+      },
+      "dq overlaps the memory of the bias");
+}
+
+// An empty batch: the bias's gradient is a sum over no entries.
+TEST(BiasGrad, EmptyBatchGivesZeros) {
+  const index_t sq = 6, sk = 7;
+  GradProblem<float> pr(Layout::Bshd, 0, sq, sk, 2, 1, 8, 1);
+  std::vector<float> values(std::size_t(2 * sq * sk), 1.0f), d_bias(values.size(), std::nanf(""));
+  BackwardExtras extras;
+  extras.d_bias = d_bias.data();
+  pr.backward_masked(bias(bias_bhqk(values.data(), 1, 2, sq, sk), no_mask()), {}, extras);
+  for (float g : d_bias) EXPECT_EQ(g, 0.0f);
 }
 
 TEST(Bias, BadViews) {

@@ -17,6 +17,7 @@
 // query row plus a few tiles per worker. Score-changing policies must provide score_grad
 // (core/variants.hpp). Algorithm, cost and measurements: docs/backward.md.
 
+#include <algorithm>
 #include <utility>
 
 #include "flashattn/core/backward_params.hpp"
@@ -73,7 +74,14 @@ void attention_backward_masked(const Context& ctx, detail::nondeduced<TensorView
   check_policy_lengths(mask, q.seq, k.seq);
   check_policy_heads(mask, q.heads);
   check_policy_shape(mask, q.batch, q.heads);
-  if (p.q.batch == 0) return;
+  check_policy_reads(mask, {{"dq", detail::check_view("dq", dq)},
+                            {"dk", detail::check_view("dk", dk)},
+                            {"dv", detail::check_view("dv", dv)}});
+  if (p.q.batch == 0) {  // nothing to compute; a bias's gradient is a sum over no entries
+    if (p.d_bias.data != nullptr)
+      std::fill(p.d_bias.data, p.d_bias.data + p.d_bias.batch * p.d_bias.heads * q.seq * k.seq, 0.0f);
+    return;
+  }
   dispatch_backward(ctx, p, mask);
 }
 

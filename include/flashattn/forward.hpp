@@ -102,6 +102,7 @@ void attention_forward_masked(const Context& ctx, detail::nondeduced<TensorView<
   check_policy_lengths(mask, q.seq, k.seq);
   check_policy_heads(mask, q.heads);
   check_policy_shape(mask, q.batch, q.heads);
+  check_policy_reads(mask, {{"o", detail::check_view("o", o)}, {"lse", detail::lse_span(lse)}});
   if (p.batch() == 0 || p.q.seq == 0) return;
   dispatch_forward(ctx, p, mask, acct);
 }

@@ -195,23 +195,16 @@ BiasGrad check_backward_extras(const BackwardExtras& x, bool policy_has_sink, co
     bias_grad_span = float_span(x.d_bias, view.batch * view.heads * q.seq * k.seq);
     grad = {x.d_bias, view.batch, view.heads};
   }
-  const std::pair<const char*, ByteSpan> others[] = {{"q", check_view("q", q)},
-                                                     {"k", check_view("k", k)},
-                                                     {"v", check_view("v", v)},
-                                                     {"o", check_view("o", o)},
-                                                     {"d_o", check_view("d_o", d_o)},
-                                                     {"lse", lse_span_of(lse, "lse")},
-                                                     {"extras.d_lse", d_lse_span},
-                                                     {"the bias", bias_span},
-                                                     outputs[0],
-                                                     outputs[1],
-                                                     outputs[2],
-                                                     {"extras.d_sinks", sinks_span}};
+  const std::pair<const char*, ByteSpan> others[] = {
+      {"q", check_view("q", q)},     {"k", check_view("k", k)},       {"v", check_view("v", v)},
+      {"o", check_view("o", o)},     {"d_o", check_view("d_o", d_o)}, {"lse", lse_span_of(lse, "lse")},
+      {"extras.d_lse", d_lse_span}, {"the bias", bias_span},         outputs[0],
+      outputs[1],                    outputs[2]};
   for (const auto& [name, span] : others) {
-    if (span.begin != sinks_span.begin && sinks_span.overlaps(span))  // (the last one is d_sinks itself)
-      fail(std::string("extras.d_sinks overlaps the memory of ") + name);
+    if (sinks_span.overlaps(span)) fail(std::string("extras.d_sinks overlaps the memory of ") + name);
     if (bias_grad_span.overlaps(span)) fail(std::string("extras.d_bias overlaps the memory of ") + name);
   }
+  if (bias_grad_span.overlaps(sinks_span)) fail("extras.d_bias overlaps the memory of extras.d_sinks");
   return grad;
 }
 

@@ -20,6 +20,7 @@
 #include "flashattn/core/errors.hpp"
 #include "flashattn/core/options.hpp"
 #include "flashattn/core/sequence.hpp"
+#include "flashattn/core/validate.hpp"
 #include "flashattn/core/views.hpp"
 
 namespace flashattn {
@@ -200,6 +201,22 @@ struct has_key_range<Mask, std::void_t<decltype(std::declval<const Mask&>().lowe
                                        decltype(std::declval<const Mask&>().highest_key(index_t{}))>>
     : std::true_type {};
 
+namespace detail {
+// Whether a policy is built over another (a variant over its mask, a bias over a band): `base`.
+template <class P, class = void>
+struct has_base_member : std::false_type {};
+template <class P>
+struct has_base_member<P, std::void_t<decltype(std::declval<const P&>().base)>> : std::true_type {};
+
+// Calls f on the policy and on every policy under it (its base, the base's base, ...): the entry points'
+// checks below look at every level, so that a variant around a bias or a block mask still checks them.
+template <class Mask, class F>
+void for_each_policy_level(const Mask& mask, F&& f) {
+  f(mask);
+  if constexpr (has_base_member<Mask>::value) for_each_policy_level(mask.base, f);
+}
+}  // namespace detail
+
 // Whether a policy was built for one (seq_q, seq_k) grid and says so (mask_seq_q(), mask_seq_k()), as a
 // BlockMask's map is: the entry points then check it against the call's lengths (check_policy_lengths).
 template <class Mask, class = void>
@@ -212,14 +229,14 @@ struct has_mask_lengths<Mask, std::void_t<decltype(std::declval<const Mask&>().m
 // other rows and keys (and a map would be read out of bounds).
 template <class Mask>
 void check_policy_lengths(const Mask& mask, index_t seq_q, index_t seq_k) {
-  if constexpr (has_mask_lengths<Mask>::value) {
-    if (mask.mask_seq_q() != seq_q || mask.mask_seq_k() != seq_k)
-      throw InvalidArgument("mask policy: built for seq_q=" + std::to_string(mask.mask_seq_q()) +
-                            " seq_k=" + std::to_string(mask.mask_seq_k()) + ", but the call has seq_q=" +
-                            std::to_string(seq_q) + " seq_k=" + std::to_string(seq_k));
-  } else {
-    (void)mask, (void)seq_q, (void)seq_k;
-  }
+  detail::for_each_policy_level(mask, [&](const auto& m) {
+    if constexpr (has_mask_lengths<std::decay_t<decltype(m)>>::value) {
+      if (m.mask_seq_q() != seq_q || m.mask_seq_k() != seq_k)
+        throw InvalidArgument("mask policy: built for seq_q=" + std::to_string(m.mask_seq_q()) +
+                              " seq_k=" + std::to_string(m.mask_seq_k()) + ", but the call has seq_q=" +
+                              std::to_string(seq_q) + " seq_k=" + std::to_string(seq_k));
+    }
+  });
 }
 
 // Whether a policy holds one parameter per query head (ALiBi slopes, sinks) and says for how many heads
@@ -231,13 +248,13 @@ struct has_policy_heads<Mask, std::void_t<decltype(std::declval<const Mask&>().p
 
 template <class Mask>
 void check_policy_heads(const Mask& mask, index_t heads) {
-  if constexpr (has_policy_heads<Mask>::value) {
-    if (mask.policy_heads() != heads)
-      throw InvalidArgument("mask policy: has per-head parameters for " + std::to_string(mask.policy_heads()) +
-                            " heads, but q has heads=" + std::to_string(heads));
-  } else {
-    (void)mask, (void)heads;
-  }
+  detail::for_each_policy_level(mask, [&](const auto& m) {
+    if constexpr (has_policy_heads<std::decay_t<decltype(m)>>::value) {
+      if (m.policy_heads() != heads)
+        throw InvalidArgument("mask policy: has per-head parameters for " + std::to_string(m.policy_heads()) +
+                              " heads, but q has heads=" + std::to_string(heads));
+    }
+  });
 }
 
 // Whether a policy checks the call's batch and heads itself (check_call_shape(batch, heads), throwing
@@ -250,11 +267,33 @@ struct has_call_shape_check<Mask, std::void_t<decltype(std::declval<const Mask&>
 
 template <class Mask>
 void check_policy_shape(const Mask& mask, index_t batch, index_t heads) {
-  if constexpr (has_call_shape_check<Mask>::value) {
-    mask.check_call_shape(batch, heads);
-  } else {
-    (void)mask, (void)batch, (void)heads;
-  }
+  detail::for_each_policy_level(mask, [&](const auto& m) {
+    if constexpr (has_call_shape_check<std::decay_t<decltype(m)>>::value) m.check_call_shape(batch, heads);
+  });
+}
+
+// Whether a policy reads caller memory while the kernels write the call's outputs (a bias tensor) and says
+// which (reads(): a PolicyReads): the entry points check that no output overlaps it.
+struct PolicyReads {
+  const char* what = "";
+  detail::ByteSpan span;
+};
+template <class Mask, class = void>
+struct has_policy_reads : std::false_type {};
+template <class Mask>
+struct has_policy_reads<Mask, std::void_t<decltype(PolicyReads(std::declval<const Mask&>().reads()))>>
+    : std::true_type {};
+
+// outputs: the call's outputs, as (name, span) pairs.
+template <class Mask, std::size_t N>
+void check_policy_reads(const Mask& mask, const std::pair<const char*, detail::ByteSpan> (&outputs)[N]) {
+  detail::for_each_policy_level(mask, [&](const auto& m) {
+    if constexpr (has_policy_reads<std::decay_t<decltype(m)>>::value) {
+      const PolicyReads r = m.reads();
+      for (const auto& [name, span] : outputs)
+        if (span.overlaps(r.span)) throw InvalidArgument(std::string(name) + " overlaps the memory of " + r.what);
+    }
+  });
 }
 
 // A user-written element mask: `keep(i, j)` from any callable. Every tile is Partial, so the callable is

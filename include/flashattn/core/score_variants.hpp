@@ -15,6 +15,7 @@
 // backward their derivative.
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -261,6 +262,14 @@ struct Bias {
   // The entry points check the call against these (masks.hpp's check_policy_lengths, check_policy_shape).
   index_t mask_seq_q() const { return view.seq_q; }
   index_t mask_seq_k() const { return view.seq_k; }
+  // The bias's memory, which no output of the call may overlap (masks.hpp's check_policy_reads).
+  PolicyReads reads() const {
+    if (view.batch == 0 || view.heads == 0 || view.seq_q == 0 || view.seq_k == 0) return {"the bias", {}};
+    const auto begin = reinterpret_cast<std::uintptr_t>(view.data);
+    const index_t last = (view.batch - 1) * view.stride_batch + (view.heads - 1) * view.stride_head +
+                         (view.seq_q - 1) * view.stride_q + view.seq_k;
+    return {"the bias", {begin, begin + std::uintptr_t(last) * sizeof(float)}};
+  }
   void check_call_shape(index_t batch, index_t heads) const {
     if ((view.batch != 1 && view.batch != batch) || (view.heads != 1 && view.heads != heads))
       throw InvalidArgument("bias: batch=" + std::to_string(view.batch) + " heads=" + std::to_string(view.heads) +

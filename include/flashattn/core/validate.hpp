@@ -105,6 +105,12 @@ std::array<ByteSpan, 3> check_inputs(const TensorView<const T>& q, const TensorV
   return {check_view("q", q), check_view("k", k), check_view("v", v)};
 }
 
+// An LSE view's memory (already checked by the call's validation): empty for an empty view.
+inline ByteSpan lse_span(const LseView& l) {
+  return checked_span<3>([&] { return describe(l); }, l.data, sizeof(float), {l.batch, l.heads, l.seq},
+                         {l.stride_batch, l.stride_head, l.stride_seq}, {"batch", "heads", "seq"});
+}
+
 inline std::string sizes(index_t a, index_t b) { return std::to_string(a) + " vs " + std::to_string(b); }
 
 // "out overlaps the memory of input q: out spans bytes [0x.., 0x..), q spans [0x.., 0x..)".

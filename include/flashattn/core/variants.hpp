@@ -142,8 +142,8 @@ struct ForwardsMask {
 // seq_k floats apart: a gather that would cost more than the tile's arithmetic. So such a backend copies
 // the policy (a few words), transposes the tile it is about to score into scratch of its own (reading
 // the matrix's rows in order) and binds that tile on the copy (score_table_of finds the table under any
-// variants); each packet is then one contiguous load. Unbound, every read is bounds-checked per lane: lanes
-// past a tile's edge (whose results a backend discards) read 0, never past the matrix.
+// variants); each packet is then one contiguous load. Unbound, every read is bounds-checked (per lane):
+// lanes past a tile's edge (whose results a backend discards) read 0, never past the matrix.
 struct ScoreTable {
   const float* values = nullptr;  // element (i, j) at values[i·stride + j], for i < rows and j < cols
   index_t stride = 0, rows = 0, cols = 0;
@@ -151,7 +151,9 @@ struct ScoreTable {
   const float* tile = nullptr;
   index_t tile_q0 = 0, tile_k0 = 0, tile_ld = 0;
 
-  FLASHATTN_HOST_DEVICE float at(index_t i, index_t j) const { return values[i * stride + j]; }
+  FLASHATTN_HOST_DEVICE float at(index_t i, index_t j) const {
+    return i >= 0 && i < rows && j >= 0 && j < cols ? values[i * stride + j] : 0.0f;
+  }
   template <int W>  // queries on lanes
   Lanes<float, W> at(const Positions<W>& i, index_t j) const {
     if (tile != nullptr && i.step == 1)
@@ -177,10 +179,6 @@ struct ScoreTable {
 };
 
 namespace detail {
-template <class P, class = void>
-struct has_base_member : std::false_type {};
-template <class P>
-struct has_base_member<P, std::void_t<decltype(std::declval<const P&>().base)>> : std::true_type {};
 template <class P, class = void>
 struct declares_score_table : std::false_type {};
 template <class P>

@@ -194,6 +194,8 @@ class BackwardKernel {
     std::copy(s.delta(), s.delta() + rows, stats.delta + stat0 + q0);
     std::copy(s.neg_lse(), s.neg_lse() + rows, stats.neg_lse + stat0 + q0);
 
+    // The policy that scores the tiles: a copy for one that reads a score table (score_table.hpp).
+    std::conditional_t<holds_score_table_v<Mask>, Mask, const Mask&> scoring = mask;
     std::fill(s.dqt(), s.dqt() + std::size_t(d) * BlockQ, Acc(0));
     for (index_t k0 = kv_begin; k0 < kv_end; k0 += BlockKV) {
       const index_t k1 = std::min(k0 + BlockKV, kv_end);
@@ -204,12 +206,10 @@ class BackwardKernel {
       const auto k_tile = OpsQ::stage_for_qk(s.k_stage(), k_rows, b, h_kv, k0, cols, d);
       // Sᵀ (cols, BlockQ) = K·Qᵀ, while this tile's V rows are fetched.
       OpsQ::qk(s.st(), s.qt(), k_tile, cols, d, prefetch_rows(v_rows, b, h_kv, k0, cols, d));
-      if constexpr (holds_score_table_v<Mask>) {  // score_table.hpp
-        Mask bound = mask;
-        bind_table_tile<kIsa>(bound, s.table_tile(), BlockQ, q0, rows, k0, cols);
-        mask_tile<QueryLanes>(s.st(), s.gt(), bound, Acc(p.scale), TileSpan{q0, rows, k0, cols, true, k0, k1});
-      } else if (kind == TileKind::Partial || modifies_scores_v<Mask>) {
-        mask_tile<QueryLanes>(s.st(), s.gt(), mask, Acc(p.scale), TileSpan{q0, rows, k0, cols, true, k0, k1});
+      if (kind == TileKind::Partial || modifies_scores_v<Mask>) {
+        if constexpr (holds_score_table_v<Mask>)  // score_table.hpp
+          bind_table_tile<kIsa>(scoring, s.table_tile(), BlockQ, q0, rows, k0, cols);
+        mask_tile<QueryLanes>(s.st(), s.gt(), scoring, Acc(p.scale), TileSpan{q0, rows, k0, cols, true, k0, k1});
       }
 
       const auto v_tile = OpsQ::stage_for_qk(s.v_stage(), v_rows, b, h_kv, k0, cols, d);

@@ -160,6 +160,10 @@ class ForwardKernel {
       std::fill(s.ot(g), s.ot(g) + std::size_t(d) * PanelQ, Acc(0));
     }
 
+    // The policy that scores the tiles: for one that reads a score table, this program's own copy, on which
+    // each tile's transposed block is bound (score_table.hpp); otherwise the policy itself.
+    std::conditional_t<holds_score_table_v<Mask>, Mask, const Mask&> scoring = mask;
+
     // Clipped to the keys that exist, so that no mask policy, however written, can make us read past K/V.
     const index_t kv_end = std::min({mask.kv_end(q0, q1), kv_hi, seq_k});
     for (index_t k0 = std::max({mask.kv_begin(q0, q1), kv_lo, index_t{0}}); k0 < kv_end; k0 += BlockKV) {
@@ -187,12 +191,10 @@ class ForwardKernel {
         // While Q·Kᵀ runs, V's rows of this tile are fetched; while P·V runs, K's rows of the next.
         Ops::qk(s.st(), s.qt(g), k_tile, cols, d, prefetch_rows(p.v, b, h_kv, k0, cols, d));  // Sᵀ (cols, PanelQ)
 
-        if constexpr (holds_score_table_v<Mask>) {  // score_table.hpp
-          Mask bound = mask;
-          bind_table_tile<TileConfig::isa>(bound, s.table_tile(), PanelQ, qg, int(qg1 - qg), k0, cols);
-          apply_mask(s.st(), bound, qg, int(qg1 - qg), k0, cols, Acc(p.scale), panel_kind == TileKind::Partial);
-        } else if (panel_kind == TileKind::Partial || modifies_scores_v<Mask>) {
-          apply_mask(s.st(), mask, qg, int(qg1 - qg), k0, cols, Acc(p.scale), panel_kind == TileKind::Partial);
+        if (panel_kind == TileKind::Partial || modifies_scores_v<Mask>) {
+          if constexpr (holds_score_table_v<Mask>)  // score_table.hpp
+            bind_table_tile<TileConfig::isa>(scoring, s.table_tile(), PanelQ, qg, int(qg1 - qg), k0, cols);
+          apply_mask(s.st(), scoring, qg, int(qg1 - qg), k0, cols, Acc(p.scale), panel_kind == TileKind::Partial);
         }
 
         softmax[g].update(s.st(), cols, score_scale, s.alpha());  // Sᵀ -> Pᵀ, alpha
