@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -51,9 +52,13 @@ template <class T, class Mask>
       reference_backward<double>(pr.q.cview(), pr.k.cview(), pr.v.cview(), pr.d_o.cview(), scale, policy, {}, d_lse);
   const ReferenceGrads naive = reference_backward<cpu::acc_t<T>, T>(pr.q.cview(), pr.k.cview(), pr.v.cview(),
                                                                     pr.d_o.cview(), scale, policy, {}, d_lse);
+  // The epsilon of grads_match's rule (4 ulps of T at the result's magnitude): d_sinks sums terms made of
+  // the forward's T-rounded O, so T's precision bounds it (the AMX bf16 path overshot a float epsilon by
+  // 1.5 % on the Xeon); at least a float's, which the output is stored in.
+  const double magnitude = max_abs_finite(exact.d_sinks);
   const ToleranceCheck c{max_abs_error(std::vector<double>(got.begin(), got.end()), exact.d_sinks),
                          max_abs_error(naive.d_sinks, exact.d_sinks),
-                         tiny_eps<float>(max_abs_finite(exact.d_sinks), 4.0)};
+                         std::max(tiny_eps<float>(magnitude, 4.0), tiny_eps<T>(magnitude, 4.0))};
   if (!c.ok()) return ::testing::AssertionFailure() << c.describe("d_sinks");
   return ::testing::AssertionSuccess() << c.describe("d_sinks");
 }

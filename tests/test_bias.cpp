@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -116,8 +117,9 @@ void check_bias_grad() {
                                                {}, nullptr, &naive_ds);
           const auto exact = bias_grad_of(exact_ds, batch, hq, sq, sk, bias_batch, bias_heads);
           const auto naive = bias_grad_of(naive_ds, batch, hq, sq, sk, bias_batch, bias_heads);
-          const ToleranceCheck c{max_abs_error(std::vector<double>(d_bias.begin(), d_bias.end()), exact),
-                                 max_abs_error(naive, exact), tiny_eps<float>(max_abs_finite(exact), 4.0)};
+          const ToleranceCheck c{
+              max_abs_error(std::vector<double>(d_bias.begin(), d_bias.end()), exact), max_abs_error(naive, exact),
+              std::max(tiny_eps<float>(max_abs_finite(exact), 4.0), tiny_eps<T>(max_abs_finite(exact), 4.0))};
           EXPECT_TRUE(c.ok()) << c.describe("d_bias");
           EXPECT_TRUE(grads_match(pr, scale, policy));
           first = d_bias;
