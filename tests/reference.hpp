@@ -22,7 +22,7 @@
 namespace flashattn::testing {
 
 struct ReferenceResult {
-  std::vector<double> o;    // (batch, seq_q, heads_q, dim), contiguous
+  std::vector<double> o;    // (batch, seq_q, heads_q, v's dim), contiguous
   std::vector<double> lse;  // (batch, heads_q, seq_q), contiguous
 };
 
@@ -47,11 +47,12 @@ template <class Calc, class Store = Calc, class T, class Mask>
 ReferenceResult reference_attention(const TensorView<const T>& q, const TensorView<const T>& k,
                                     const TensorView<const T>& v, double scale, const Mask& mask,
                                     RowRange rows = {}) {
-  const index_t B = q.batch, Sq = q.seq, Sk = k.seq, H = q.heads, D = q.dim, group = q.heads / k.heads;
+  // D: the head dim of q and k; Dv: of v and the output (they differ in MLA).
+  const index_t B = q.batch, Sq = q.seq, Sk = k.seq, H = q.heads, D = q.dim, Dv = v.dim, group = q.heads / k.heads;
   ReferenceResult r;
-  r.o.assign(std::size_t(B * Sq * H * D), 0.0);
+  r.o.assign(std::size_t(B * Sq * H * Dv), 0.0);
   r.lse.assign(std::size_t(B * H * Sq), 0.0);
-  std::vector<Calc> s(static_cast<std::size_t>(Sk)), acc(static_cast<std::size_t>(D));
+  std::vector<Calc> s(static_cast<std::size_t>(Sk)), acc(static_cast<std::size_t>(Dv));
   for (index_t b = 0; b < B; ++b) {
     for (index_t h = 0; h < H; ++h) {
       const auto head_mask = policy_for(mask, SequenceInfo{b, h, Sq, Sk});
@@ -90,10 +91,10 @@ ReferenceResult reference_attention(const TensorView<const T>& q, const TensorVi
         for (index_t j = 0; j < Sk; ++j) {
           if (!kept[std::size_t(j)]) continue;
           const Calc pj = round_to<Store>(s[std::size_t(j)] / l);
-          for (index_t c = 0; c < D; ++c) acc[std::size_t(c)] += pj * Calc(v(b, j, hk, c));
+          for (index_t c = 0; c < Dv; ++c) acc[std::size_t(c)] += pj * Calc(v(b, j, hk, c));
         }
-        for (index_t c = 0; c < D; ++c)
-          r.o[std::size_t(((b * Sq + i) * H + h) * D + c)] = any ? double(round_to<Store>(acc[std::size_t(c)])) : 0.0;
+        for (index_t c = 0; c < Dv; ++c)
+          r.o[std::size_t(((b * Sq + i) * H + h) * Dv + c)] = any ? double(round_to<Store>(acc[std::size_t(c)])) : 0.0;
         r.lse[std::size_t((b * H + h) * Sq + i)] =
             any ? double(m) + std::log(double(l)) : -std::numeric_limits<double>::infinity();
       }

@@ -56,7 +56,7 @@ void attention_forward(const Context& ctx, detail::nondeduced<TensorView<const T
                        TensorView<T> o, const AttentionOptions& options = {}, LseView lse = {},
                        Accounting&& acct = Accounting{}) {
   const ForwardParams<T> p = make_forward_params<T>(q, k, v, o, lse, options);
-  validate_context(ctx, p.head_dim());
+  validate_context(ctx, p.head_dim(), p.value_dim());
   if (p.batch() == 0 || p.q.seq == 0) return;  // nothing to compute: a defined no-op
   dispatch_forward(ctx, p, options, acct);
 }
@@ -76,7 +76,7 @@ void attention_forward(const Context& ctx, detail::nondeduced<TensorView<const T
                        Accounting&& acct = Accounting{}) {
   using E = std::remove_const_t<KvElem>;
   const auto p = make_forward_params<T, E>(q, k, v, o, lse, options);
-  validate_context(ctx, p.head_dim());
+  validate_context(ctx, p.head_dim(), p.value_dim());
   if (p.batch() == 0 || p.q.seq == 0) return;
   dispatch_forward(ctx, p, options, acct);
 }
@@ -98,7 +98,7 @@ void attention_forward_masked(const Context& ctx, detail::nondeduced<TensorView<
                               LseView lse = {}, Accounting&& acct = Accounting{}) {
   if (options.has_window()) detail::reject_window_with_policy("score_mod(BandMask::causal(seq_q, seq_k), fn)");
   const ForwardParams<T> p = make_forward_params<T>(q, k, v, o, lse, options);
-  validate_context(ctx, p.head_dim());
+  validate_context(ctx, p.head_dim(), p.value_dim());
   check_policy_lengths(mask, q.seq, k.seq);
   check_policy_heads(mask, q.heads);
   check_policy_shape(mask, q.batch, q.heads);

@@ -33,7 +33,7 @@ void attention_forward(const Context& ctx, detail::nondeduced<TensorView<const T
                        const detail::nondeduced<KvCacheView<const T>>& cache, TensorView<T> o,
                        const AttentionOptions& options = {}, LseView lse = {}, Accounting&& acct = Accounting{}) {
   const auto p = make_cache_forward_params<T>(q, cache, o, lse, options);
-  validate_context(ctx, p.head_dim());
+  validate_context(ctx, p.head_dim(), p.value_dim());
   if (p.batch() == 0 || p.q.seq == 0) return;
   dispatch_forward(ctx, p, options, acct);
 }
@@ -51,7 +51,7 @@ void attention_forward(const Context& ctx, detail::nondeduced<TensorView<const T
                        const detail::nondeduced<PagedKvCacheView<const T>>& cache, TensorView<T> o,
                        const AttentionOptions& options = {}, LseView lse = {}, Accounting&& acct = Accounting{}) {
   const auto p = make_paged_forward_params<T>(q, cache, o, lse, options);
-  validate_context(ctx, p.head_dim());
+  validate_context(ctx, p.head_dim(), p.value_dim());
   if (p.batch() == 0 || p.q.seq == 0) return;
   dispatch_forward(ctx, p, options, acct);
 }
@@ -72,7 +72,7 @@ void attention_forward(const Context& ctx, detail::nondeduced<TensorView<const T
                        Accounting&& acct = Accounting{}) {
   using E = std::remove_const_t<KvElem>;
   const auto p = make_cache_forward_params<T, E>(q, KvCacheView<const E>(cache), o, lse, options);
-  validate_context(ctx, p.head_dim());
+  validate_context(ctx, p.head_dim(), p.value_dim());
   if (p.batch() == 0 || p.q.seq == 0) return;
   dispatch_forward(ctx, p, options, acct);
 }
@@ -91,7 +91,7 @@ void attention_forward(const Context& ctx, detail::nondeduced<TensorView<const T
                        LseView lse = {}, Accounting&& acct = Accounting{}) {
   using E = std::remove_const_t<KvElem>;
   const auto p = make_paged_forward_params<T, E>(q, PagedKvCacheView<const E>(cache), o, lse, options);
-  validate_context(ctx, p.head_dim());
+  validate_context(ctx, p.head_dim(), p.value_dim());
   if (p.batch() == 0 || p.q.seq == 0) return;
   dispatch_forward(ctx, p, options, acct);
 }
@@ -106,12 +106,13 @@ void attention_forward(detail::nondeduced<TensorView<const T>> q, const PagedKvC
 
 namespace detail {
 
-// k_new and v_new: (batch, n, heads_kv, dim) as the cache's K and V rows are, in memory apart from the
-// cache's K and V (k_span, v_span), which must not start at one address and must be apart from the lengths.
+// k_new and v_new: (batch, n, heads_kv, dim) as the cache's K and V rows are (their head dims may differ),
+// in memory apart from the cache's K and V (k_span, v_span), which must not start at one address and must
+// be apart from the lengths.
 template <class T>
-void check_append(const char* k_name, const TensorView<T>& k_store, const TensorView<const T>& k_new,
-                  const TensorView<const T>& v_new, index_t batch, const ByteSpan& k_span, const ByteSpan& v_span,
-                  const ByteSpan& lengths_span) {
+void check_append(const char* k_name, const TensorView<T>& k_store, const TensorView<T>& v_store,
+                  const TensorView<const T>& k_new, const TensorView<const T>& v_new, index_t batch,
+                  const ByteSpan& k_span, const ByteSpan& v_span, const ByteSpan& lengths_span) {
   const ByteSpan new_spans[] = {check_view("k_new", k_new), check_view("v_new", v_new)};
   const char* new_names[] = {"k_new", "v_new"};
   // K and V may interleave in one buffer (pages of (2, rows, heads, dim)), so their spans may overlap; the
@@ -126,10 +127,10 @@ void check_append(const char* k_name, const TensorView<T>& k_store, const Tensor
   for (const ByteSpan* store : {&k_span, &v_span})
     if (store->overlaps(lengths_span)) fail(overlap("the cache's K/V", *store, "argument", "cache.lengths", lengths_span));
   if (k_new.batch != batch || v_new.batch != batch || v_new.seq != k_new.seq || k_new.heads != k_store.heads ||
-      v_new.heads != k_store.heads || k_new.dim != k_store.dim || v_new.dim != k_store.dim)
-    fail("k_new and v_new must both be (batch=" + std::to_string(batch) + ", n, heads=" +
-         std::to_string(k_store.heads) + ", dim=" + std::to_string(k_store.dim) + ") to append to " + k_name +
-         ": got " + describe("k_new", k_new) + ", " + describe("v_new", v_new));
+      v_new.heads != k_store.heads || k_new.dim != k_store.dim || v_new.dim != v_store.dim)
+    fail("k_new and v_new must be (batch=" + std::to_string(batch) + ", n, heads=" + std::to_string(k_store.heads) +
+         ", dim=" + std::to_string(k_store.dim) + ") and (..., dim=" + std::to_string(v_store.dim) +
+         ") to append to " + k_name + ": got " + describe("k_new", k_new) + ", " + describe("v_new", v_new));
 }
 
 // An append writes pages that no other entry of the used table names (a page shared by two requests, as a
@@ -191,11 +192,10 @@ void kv_cache_append(const KvCacheView<T>& cache, detail::nondeduced<TensorView<
                                    {cache.k.stride_batch, cache.k.stride_seq, cache.k.stride_head, cache.k.stride_dim});
   detail::check_no_self_overlap<4>("cache.v", {cache.v.batch, cache.v.seq, cache.v.heads, cache.v.dim},
                                    {cache.v.stride_batch, cache.v.stride_seq, cache.v.stride_head, cache.v.stride_dim});
-  if (cache.v.batch != cache.k.batch || cache.v.seq != cache.k.seq || cache.v.heads != cache.k.heads ||
-      cache.v.dim != cache.k.dim)
-    detail::fail("cache.k and cache.v must have the same shape: " + detail::describe("cache.k", cache.k) + ", " +
-                 detail::describe("cache.v", cache.v));
-  detail::check_append("cache.k", cache.k, k_new, v_new, cache.batch(), k_span, v_span,
+  if (cache.v.batch != cache.k.batch || cache.v.seq != cache.k.seq || cache.v.heads != cache.k.heads)
+    detail::fail("cache.k and cache.v must have the same shape but for the head dim: " +
+                 detail::describe("cache.k", cache.k) + ", " + detail::describe("cache.v", cache.v));
+  detail::check_append("cache.k", cache.k, cache.v, k_new, v_new, cache.batch(), k_span, v_span,
                        detail::int32_span(cache.lengths, cache.batch()));
   detail::check_cache_lengths(cache.lengths, cache.batch(), detail::int32_capacity(cache.capacity()) - k_new.seq,
                               "capacity " + std::to_string(cache.capacity()) + " less the " +
@@ -221,11 +221,11 @@ void kv_cache_append(const PagedKvCacheView<T>& cache, detail::nondeduced<Tensor
   detail::check_no_self_overlap<4>("cache.v_pages", {vp.batch, vp.seq, vp.heads, vp.dim},
                                    {vp.stride_batch, vp.stride_seq, vp.stride_head, vp.stride_dim});
   if (cache.v_pages.batch != cache.k_pages.batch || cache.v_pages.seq != cache.k_pages.seq ||
-      cache.v_pages.heads != cache.k_pages.heads || cache.v_pages.dim != cache.k_pages.dim)
-    detail::fail("cache.k_pages and cache.v_pages must have the same shape: " +
+      cache.v_pages.heads != cache.k_pages.heads)
+    detail::fail("cache.k_pages and cache.v_pages must have the same shape but for the head dim: " +
                  detail::describe("cache.k_pages", cache.k_pages) + ", " +
                  detail::describe("cache.v_pages", cache.v_pages));
-  detail::check_append("cache.k_pages", cache.k_pages, k_new, v_new, cache.batch, k_span, v_span,
+  detail::check_append("cache.k_pages", cache.k_pages, cache.v_pages, k_new, v_new, cache.batch, k_span, v_span,
                        detail::int32_span(cache.lengths, cache.batch));
   detail::check_paged_cache(cache, cache.batch, k_new.seq);
   const detail::ByteSpan table = detail::table_span(cache);

@@ -115,7 +115,7 @@ void attention_forward_varlen(const Context& ctx, detail::nondeduced<TensorView<
                               TensorView<T> o, const PackedBatch& seqs, const AttentionOptions& options = {},
                               LseView lse = {}, Accounting&& acct = Accounting{}) {
   const auto p = make_varlen_forward_params<T>(q, k, v, o, seqs, lse, options);
-  validate_context(ctx, p.head_dim());
+  validate_context(ctx, p.head_dim(), p.value_dim());
   if (p.batch() == 0 || p.seqs.total_q() == 0) return;
   dispatch_forward(ctx, p, options, acct);
 }

@@ -14,8 +14,8 @@ template <class T, class KvSource = DenseKv<T>, class Layout = EqualLengths>
 struct ForwardParams {
   TensorView<const T> q;  // (batch, seq_q, heads_q, dim)
   KvSource k;             // key rows of (batch, KV head), dim elements each
-  KvSource v;             // value rows, likewise
-  TensorView<T> o;        // (batch, seq_q, heads_q, dim)
+  KvSource v;             // value rows, likewise, of the value dim
+  TensorView<T> o;        // (batch, seq_q, heads_q, value dim)
   LseView lse;            // (batch, heads_q, seq_q) or empty
   Layout seqs;            // per-entry query and key counts
   double scale = 1.0;     // resolved: never unset here
@@ -23,7 +23,8 @@ struct ForwardParams {
 
   index_t batch() const { return seqs.batch; }
   index_t heads() const { return q.heads; }
-  index_t head_dim() const { return q.dim; }
+  index_t head_dim() const { return q.dim; }   // of q and k
+  index_t value_dim() const { return o.dim; }  // of v and o: head_dim() unless V is narrower or wider (MLA)
   index_t kv_head(index_t h) const { return h / group; }
   // Entry b's rows of q, o and lse, indexed (b, s, h) / (b, h, s) whatever the layout (sequence.hpp).
   TensorView<const T> q_rows(index_t b) const { return seqs.entry_rows(q, b); }

@@ -49,10 +49,16 @@ void check_forward_views(const TensorView<const T>& q, const TensorView<const E>
   if (o.heads != q.heads) fail("o must have q's heads: " + describe("q", q) + ", " + describe("o", o));
   if (q.heads % k.heads != 0)
     fail("heads of q must be a multiple of heads of k/v (grouped-query attention): " + sizes(q.heads, k.heads));
+  // Scores take q·k, so q and k share a head dim; the output is a mix of V rows, so o has V's. The two
+  // may differ (MLA: 192 for q/k, 128 for v).
   if (q.dim < 1) fail("head dim must be >= 1: " + describe("q", q));
-  if (k.dim != q.dim || v.dim != q.dim || o.dim != q.dim)
-    fail("head dims must agree: " + describe("q", q) + ", " + describe(k_name, k) + ", " + describe(v_name, v) +
-         ", " + describe("o", o));
+  if (v.dim < 1) fail("head dim must be >= 1: " + describe(v_name, v));
+  if (k.dim != q.dim)
+    fail(std::string("head dims of q and ") + k_name + " must agree: " + describe("q", q) + ", " +
+         describe(k_name, k));
+  if (o.dim != v.dim)
+    fail(std::string("o must have the head dim of ") + v_name + ": " + describe(v_name, v) + ", " +
+         describe("o", o));
 
   check_no_self_overlap<4>("o", {o.batch, o.seq, o.heads, o.dim},
                                    {o.stride_batch, o.stride_seq, o.stride_head, o.stride_dim});

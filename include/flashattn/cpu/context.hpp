@@ -21,7 +21,7 @@ struct AutoTiles {};
 
 // Largest head dim the CPU kernels take: a worker's scratch grows as BlockQ·head_dim, and beyond this its
 // tiles no longer fit the L2 of current CPUs.
-inline constexpr index_t kMaxHeadDim = 512;
+inline constexpr index_t kMaxHeadDim = 576;  // absorbed MLA's q/k
 
 template <class TileChoice = AutoTiles>
 struct Context {
@@ -42,11 +42,14 @@ struct Context {
 // The backend's own limits, checked by every entry point after the core's validation and before any
 // work (so that an empty call with a bad context fails as a non-empty one does).
 template <class TileChoice>
-void validate_context(const Context<TileChoice>& ctx, index_t head_dim) {
+void validate_context(const Context<TileChoice>& ctx, index_t head_dim, index_t value_dim = 0) {
   if (ctx.num_threads < 0)
     throw InvalidArgument("context.num_threads must be >= 0, got " + std::to_string(ctx.num_threads));
   if (head_dim > kMaxHeadDim)
     throw InvalidArgument("head dim " + std::to_string(head_dim) + " is larger than the supported maximum " +
+                          std::to_string(kMaxHeadDim));
+  if (value_dim > kMaxHeadDim)
+    throw InvalidArgument("head dim of v " + std::to_string(value_dim) + " is larger than the supported maximum " +
                           std::to_string(kMaxHeadDim));
 }
 

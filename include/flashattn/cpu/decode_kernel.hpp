@@ -152,34 +152,37 @@ class DecodeKernel {
 
   class Scratch {
    public:
-    explicit Scratch(int d)
-        : dp_(padded(d)),
-          q_(std::size_t(kRows) * dp_),
-          o_(std::size_t(kRows) * dp_),
-          kv_(std::size_t(BlockKV) * dp_),
+    // dk: the head dim of Q and K; dv: of V and O. dpk, dpv: the same rounded up to whole steps.
+    Scratch(int dk, int dv)
+        : dpk_(padded(dk)),
+          dpv_(padded(dv)),
+          q_(std::size_t(kRows) * dpk_),
+          o_(std::size_t(kRows) * dpv_),
+          kv_(std::size_t(BlockKV) * std::max(dpk_, dpv_)),
           st_(std::size_t(BlockKV) * kRows),
           alpha_(kRows),
-          q16_(kBf16Dot ? std::size_t(kRows) * dp_ : 0),
-          kv16_(kBf16Dot ? std::size_t(BlockKV + 1) * dp_ : 0),
+          q16_(kBf16Dot ? std::size_t(kRows) * dpk_ : 0),
+          kv16_(kBf16Dot ? std::size_t(BlockKV + 1) * std::max(dpk_, dpv_) : 0),
           pp_(kBf16Dot ? std::size_t(BlockKV / 2) * kRows : 0),
-          q_rows_(kLanesUsed ? std::size_t(kRows) * d : 0),
-          row_buf_(kLanesUsed ? std::size_t(d) : 0),
-          qt_(lane_elems(d)),
-          stage_(stage_elems(d)) {
+          q_rows_(kLanesUsed ? std::size_t(kRows) * dk : 0),
+          row_buf_(kLanesUsed ? std::size_t(std::max(dk, dv)) : 0),
+          qt_(lane_elems(dk)),
+          stage_(std::max(stage_elems(dk), stage_elems(dv))) {
       std::fill(st_.data(), st_.data() + st_.size(), Acc(0));  // idle lanes stay finite
       std::fill(kv16_.data(), kv16_.data() + kv16_.size(), std::uint16_t(0));
     }
-    int dp() const { return dp_; }
-    Acc* q(int r) { return q_.data() + std::size_t(r) * dp_; }  // (kRows, dp) scaled query rows
-    Acc* o(int r) { return o_.data() + std::size_t(r) * dp_; }  // (kRows, dp) unnormalised output rows
-    Acc* kv() { return kv_.data(); }                            // (BlockKV, dp) a staged K or V tile
+    int dpk() const { return dpk_; }
+    int dpv() const { return dpv_; }
+    Acc* q(int r) { return q_.data() + std::size_t(r) * dpk_; }  // (kRows, dpk) scaled query rows
+    Acc* o(int r) { return o_.data() + std::size_t(r) * dpv_; }  // (kRows, dpv) unnormalised output rows
+    Acc* kv() { return kv_.data(); }  // (BlockKV, padded(d)) a staged K or V tile
     Acc* st() { return st_.data(); }                            // (BlockKV, kRows) Sᵀ, then Pᵀ
     Acc* alpha() { return alpha_.data(); }                      // (kRows) O rescale of the current tile
     // bf16 pairs (kBf16Dot only): Q rows as bf16 bits, a staged K or V tile as bf16 bits followed by a
     // zero row (the partner of an odd tile's last V row), and Pᵀ as (BlockKV / 2, kRows) pairs.
-    std::uint16_t* q16(int r) { return q16_.data() + std::size_t(r) * dp_; }
+    std::uint16_t* q16(int r) { return q16_.data() + std::size_t(r) * dpk_; }
     std::uint16_t* kv16() { return kv16_.data(); }
-    const std::uint16_t* zero16() const { return kv16_.data() + std::size_t(BlockKV) * dp_; }
+    const std::uint16_t* zero16() const { return kv16_.data() + std::size_t(BlockKV) * std::max(dpk_, dpv_); }
     std::uint32_t* pp() { return pp_.data(); }
     // The lane layout: Q rows as T (kRows, d), then LaneOps's Qᵀ; a staged K or V tile in LaneOps's layout.
     T* q_rows() { return q_rows_.data(); }
@@ -189,7 +192,7 @@ class DecodeKernel {
 
    private:
     WorkerSetup setup_;  // first: set up before, and torn down after, everything that uses it
-    int dp_;
+    int dpk_, dpv_;
     AlignedBuffer<Acc> q_, o_, kv_, st_, alpha_;
     AlignedBuffer<std::uint16_t> q16_, kv16_;
     AlignedBuffer<std::uint32_t> pp_;
@@ -207,12 +210,14 @@ class DecodeKernel {
                   index_t kv_hi, Scratch& s, SplitKvPartials<Acc>& partials, index_t split, RowOf&& row_of,
                   Accounting& acct) {
     using Policy = decltype(policy_for(mask, SequenceInfo{}));
-    const int d = HeadDim > 0 ? HeadDim : int(p.head_dim());
-    const int dp = s.dp();
+    const int dk = HeadDim > 0 ? HeadDim : int(p.head_dim());
+    const int dv = HeadDim > 0 ? HeadDim : int(p.value_dim());
+    const int dpk = s.dpk(), dpv = s.dpv();
     const index_t seq_q = p.seqs.q_len(b), seq_k = p.seqs.kv_len(b);
     const int rows = int(heads * seq_q);
     const index_t h_kv = p.kv_head(h0);
-    const index_t row_bytes = d * index_t(sizeof(kv_elem_t<Kv>));  // of K or V
+    const index_t k_row_bytes = dk * index_t(sizeof(kv_elem_t<Kv>));
+    const index_t v_row_bytes = dv * index_t(sizeof(kv_elem_t<Kv>));
 
     std::array<std::optional<Policy>, kRows> policy;
     index_t begin = seq_k, end = 0;
@@ -232,26 +237,26 @@ class DecodeKernel {
     const Acc score_scale = modifies_scores_v<Policy> ? kLog2e : Acc(p.scale) * kLog2e;
     const TensorView<const T> q = p.q_rows(b);
     const bool lanes = lane_layout(rows);
-    if (lanes) {  // the rows gathered as one (rows, d) matrix, then transposed as the prefill kernel does
+    if (lanes) {  // the rows gathered as one (rows, dk) matrix, then transposed as the prefill kernel does
       for (int r = 0; r < rows; ++r) {
         const T* q_row = q.row(b, r % seq_q, h0 + r / seq_q);
-        for (int c = 0; c < d; ++c) s.q_rows()[r * d + c] = q_row[c * q.stride_dim];
+        for (int c = 0; c < dk; ++c) s.q_rows()[r * dk + c] = q_row[c * q.stride_dim];
       }
-      const TensorView<const T> gathered{s.q_rows(), 1, rows, 1, d, index_t(kRows) * d, d, d, 1};
-      if constexpr (kLanesUsed) LaneOps::load_lanes(s.qt(), s.row_buf(), gathered, 0, 0, 0, rows, d);
-      std::fill(s.o(0), s.o(0) + std::size_t(kRows) * dp, Acc(0));  // Oᵀ (d, kRows)
+      const TensorView<const T> gathered{s.q_rows(), 1, rows, 1, dk, index_t(kRows) * dk, dk, dk, 1};
+      if constexpr (kLanesUsed) LaneOps::load_lanes(s.qt(), s.row_buf(), gathered, 0, 0, 0, rows, dk);
+      std::fill(s.o(0), s.o(0) + std::size_t(kRows) * dpv, Acc(0));  // Oᵀ (dv, kRows)
     }
     for (int r = 0; r < rows && !lanes; ++r) {
       const T* q_row = q.row(b, r % seq_q, h0 + r / seq_q);
       if constexpr (kBf16Dot) {
-        for (int c = 0; c < dp; ++c) s.q16(r)[c] = c < d ? Bf16Dot::bits(q_row + c * q.stride_dim) : 0;
+        for (int c = 0; c < dpk; ++c) s.q16(r)[c] = c < dk ? Bf16Dot::bits(q_row + c * q.stride_dim) : 0;
       } else {
-        load_row(s.q(r), q_row, q.stride_dim, d);
-        std::fill(s.q(r) + d, s.q(r) + dp, Acc(0));
+        load_row(s.q(r), q_row, q.stride_dim, dk);
+        std::fill(s.q(r) + dk, s.q(r) + dpk, Acc(0));
       }
-      std::fill(s.o(r), s.o(r) + dp, Acc(0));
+      std::fill(s.o(r), s.o(r) + dpv, Acc(0));
     }
-    acct.read(Traffic::Q, rows * d * index_t(sizeof(T)));
+    acct.read(Traffic::Q, rows * dk * index_t(sizeof(T)));
 
     Softmax softmax;
     for (index_t k0 = begin; k0 < end; k0 += BlockKV) {
@@ -267,16 +272,16 @@ class DecodeKernel {
       if (!any) continue;
 
       // While Q·Kᵀ runs, this tile's V rows are fetched; while P·V runs, the next tile's K rows.
-      const Ahead v_ahead = ahead(p.v, b, h_kv, k0, cols, row_bytes);
-      const Ahead k_ahead = ahead(p.k, b, h_kv, k1, int(std::min<index_t>(BlockKV, end - k1)), row_bytes);
+      const Ahead v_ahead = ahead(p.v, b, h_kv, k0, cols, v_row_bytes);
+      const Ahead k_ahead = ahead(p.k, b, h_kv, k1, int(std::min<index_t>(BlockKV, end - k1)), k_row_bytes);
       if (lanes) {
         v_ahead.issue(0, cols);
         if constexpr (kLanesUsed)
-          LaneOps::qk(s.st(), s.qt(), LaneOps::stage_for_qk(s.stage(), p.k, b, h_kv, k0, cols, d), cols, d);
+          LaneOps::qk(s.st(), s.qt(), LaneOps::stage_for_qk(s.stage(), p.k, b, h_kv, k0, cols, dk), cols, dk);
       } else {
-        with_rows(s, p.k, b, h_kv, k0, cols, d, [&](const auto& k) { qk(s.st(), s, rows, k, cols, v_ahead); });
+        with_rows(s, p.k, b, h_kv, k0, cols, dk, [&](const auto& k) { qk(s.st(), s, rows, k, cols, v_ahead); });
       }
-      acct.read(Traffic::K, cols * row_bytes);
+      acct.read(Traffic::K, cols * k_row_bytes);
       if (!all_full || modifies_scores_v<Policy>) {
         for (int g = 0; g < heads; ++g)
           mask_rows(s.st(), *policy[g], kind[g], int(g * seq_q), int(seq_q), k0, cols, Acc(p.scale));
@@ -286,23 +291,23 @@ class DecodeKernel {
       if (lanes) {
         k_ahead.issue(0, k_ahead.rows);
         if constexpr (kLanesUsed)
-          LaneOps::pv(s.o(0), s.alpha(), s.st(), LaneOps::stage_for_pv(s.stage(), p.v, b, h_kv, k0, cols, d), cols,
-                      d);
+          LaneOps::pv(s.o(0), s.alpha(), s.st(), LaneOps::stage_for_pv(s.stage(), p.v, b, h_kv, k0, cols, dv), cols,
+                      dv);
       } else {
         if constexpr (kBf16Dot) Bf16Dot::pack_p(s.st(), s.pp(), cols);
-        with_rows(s, p.v, b, h_kv, k0, cols, d,
+        with_rows(s, p.v, b, h_kv, k0, cols, dv,
                   [&](const auto& v) { pv(s, rows, s.alpha(), s.st(), v, cols, k_ahead); });
       }
-      acct.read(Traffic::V, cols * row_bytes);
+      acct.read(Traffic::V, cols * v_row_bytes);
     }
 
     for (int r = 0; r < rows; ++r) {
       const index_t row = row_of(h0 + r / seq_q, r % seq_q);
       *partials.m(split, row) = softmax.running_max(r);
       *partials.l(split, row) = softmax.running_sum(r);
-      store_o_row(s, r, partials.o(split, row), d, lanes);
+      store_o_row(s, r, partials.o(split, row), dv, lanes);
     }
-    acct.write(Traffic::Partial, rows * partials.row_bytes(d));
+    acct.write(Traffic::Partial, rows * partials.row_bytes(dv));
     // The lane layout fills every lane of Sᵀ (and leaves bf16 pairs in it); the dim layout's idle lanes
     // must stay finite, so a later program of few rows on this scratch finds zeros there.
     if (lanes) std::fill(s.st(), s.st() + std::size_t(BlockKV) * kRows, Acc(0));
@@ -344,9 +349,9 @@ class DecodeKernel {
       }
     }
     if constexpr (kBf16Dot) {
-      f(EvenRows<std::uint16_t>{stage_bf16(s, x, b, h, k0, cols, d), index_t(s.dp())});
+      f(EvenRows<std::uint16_t>{stage_bf16(s, x, b, h, k0, cols, d), index_t(padded(d))});
     } else {
-      f(EvenRows<Acc>{stage(s, x, b, h, k0, cols, d), index_t(s.dp())});
+      f(EvenRows<Acc>{stage(s, x, b, h, k0, cols, d), index_t(padded(d))});
     }
   }
   // One packet of a K or V row: Acc, or storage widened to it.
@@ -383,11 +388,11 @@ class DecodeKernel {
     return a;
   }
 
-  // Rows [k0, k0 + cols) of one head of a row source as Acc rows dp apart, zero past d, in the scratch
-  // buffer.
+  // Rows [k0, k0 + cols) of one head of a row source as Acc rows dp = padded(d) apart, zero past d, in the
+  // scratch buffer.
   template <class Rows>
   static const Acc* stage(Scratch& s, const Rows& x, index_t b, index_t h, index_t k0, int cols, int d) {
-    const int dp = s.dp();
+    const int dp = padded(d);
     for (int j = 0; j < cols; ++j) {
       Acc* dst = s.kv() + std::size_t(j) * dp;
       load_row(dst, x.row(b, h, k0 + j), x.dim_stride(), d);
@@ -396,15 +401,17 @@ class DecodeKernel {
     return s.kv();
   }
 
-  // The bf16 rows of the staged tile: bf16 bits, zero past d (kept zero from construction).
+  // The bf16 rows of the staged tile, dp = padded(d) apart: bf16 bits, zero past d (the buffer is shared
+  // by K and V, whose head dims may differ).
   template <class Rows>
   static const std::uint16_t* stage_bf16(Scratch& s, const Rows& x, index_t b, index_t h, index_t k0, int cols,
                                          int d) {
-    const int dp = s.dp();
+    const int dp = padded(d);
     for (int j = 0; j < cols; ++j) {
       const auto* src = x.row(b, h, k0 + j);
       std::uint16_t* dst = s.kv16() + std::size_t(j) * dp;
       for (int c = 0; c < d; ++c) dst[c] = Bf16Dot::bits(src + c * x.dim_stride());
+      std::fill(dst + d, dst + dp, std::uint16_t(0));
     }
     return s.kv16();
   }
@@ -445,7 +452,7 @@ class DecodeKernel {
   static void qk(Acc* st, Scratch& s, int rows, const KRows& k, int cols, const Ahead& ahead) {
     using E = std::remove_cv_t<std::remove_pointer_t<decltype(k[0])>>;
     using QElem = std::remove_cv_t<std::remove_pointer_t<decltype(staged_q(s, 0))>>;
-    const int dp = s.dp();
+    const int dp = s.dpk();
     for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
       const QElem* qr[kRowBlock];
       for (int rr = 0; rr < kRowBlock; ++rr) qr[rr] = staged_q(s, std::min(r0 + rr, rows - 1));
@@ -556,7 +563,7 @@ class DecodeKernel {
   template <class VRows>
   static void pv(Scratch& s, int rows, const Acc* alpha, const Acc* pt, const VRows& v, int cols,
                  const Ahead& ahead) {
-    const int dp = s.dp();
+    const int dp = s.dpv();
     if constexpr (kBf16Dot) {  // pairs of keys: 2 × 32 columns per block, then 32
       for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
         int c = 0;

@@ -43,7 +43,8 @@ void forward_with_head_dim(const Context<TileConfig>& ctx, const ForwardParams<T
                             "allow AMX tile instructions (use AutoTiles to pick the best usable path)");
   }
   const bool decode = ctx.decode_kernel && DecodeKernel<T, 0, TileConfig::isa>::takes(p.seqs.max_q_len());
-  with_head_dim(p.head_dim(), [&](auto head_dim) {
+  // One compile-time head dim covers Q/K and V/O alike; unequal dims (MLA) run with runtime ones.
+  with_head_dim(p.head_dim() == p.value_dim() ? p.head_dim() : 0, [&](auto head_dim) {
     constexpr int HeadDim = decltype(head_dim)::value;
     if (decode) return run_decode<T, TileConfig, HeadDim>(ctx.num_threads, p, mask, acct);
     run_forward<T, TileConfig, HeadDim>(ctx.num_threads, p, mask, acct);

@@ -3,8 +3,8 @@
 // It reads as Algorithm 1 of FlashAttention (2): load Q once, then per key tile S = Q·Kᵀ, mask, online
 // softmax update, O += P·V, and normalise at the end. The rows are worked on in panels of PanelQ
 // (tiles.hpp), each panel taking its turn on a K/V tile while that tile is in cache. Scratch is
-// O(PanelQ·BlockKV + (BlockQ + BlockKV)·d) per worker, plus the staged K/V tiles a worker keeps for its
-// next query blocks of the same head (at most kStagedTileCacheBytes, staged_tile_cache.hpp): no (seq_q × seq_k)
+// O(PanelQ·BlockKV + (BlockQ + BlockKV)·d) per worker (d: Q/K's head dim dk or V/O's dv, which may
+// differ), plus the staged K/V tiles a worker keeps for its next query blocks of the same head (at most kStagedTileCacheBytes, staged_tile_cache.hpp): no (seq_q × seq_k)
 // buffer exists anywhere.
 
 #include <algorithm>
@@ -50,27 +50,28 @@ class ForwardKernel {
   // that it can also hold what the micro-kernels need set up on that thread (worker_setup_t).
   class Scratch {
    public:
-    explicit Scratch(int d)
+    // dk: the head dim of Q and K; dv: of V and O.
+    Scratch(int dk, int dv)
         : setup_(),
-          q_elems_(Ops::lane_elems(d)),
-          o_elems_(std::size_t(d) * PanelQ),
+          q_elems_(Ops::lane_elems(dk)),
+          o_elems_(std::size_t(dv) * PanelQ),
           qt_(kPanels * q_elems_),
-          k_stage_(Ops::stage_elems(d)),
-          v_stage_(Ops::stage_elems(d)),
+          k_stage_(Ops::stage_elems(dk)),
+          v_stage_(Ops::stage_elems(dv)),
           ot_(kPanels * o_elems_),
           st_(std::size_t(BlockKV) * PanelQ),
-          rows_(3 * std::size_t(PanelQ) + std::size_t(d)),
-          tile_cache_(Ops::stage_elems(d)) {}
+          rows_(3 * std::size_t(PanelQ) + std::size_t(std::max(dk, dv))),
+          tile_cache_(std::max(Ops::stage_elems(dk), Ops::stage_elems(dv))) {}
 
     typename Ops::LaneElem* qt(int g) { return qt_.data() + g * q_elems_; }  // panel g's Qᵀ tile, Ops' layout
     typename Ops::StagedElem* k_stage() { return k_stage_.data(); }
     typename Ops::StagedElem* v_stage() { return v_stage_.data(); }
-    Acc* ot(int g) { return ot_.data() + g * o_elems_; }  // (d, PanelQ)       panel g's Oᵀ accumulator
+    Acc* ot(int g) { return ot_.data() + g * o_elems_; }  // (dv, PanelQ)      panel g's Oᵀ accumulator
     Acc* st() { return st_.data(); }                      // (BlockKV, PanelQ) Sᵀ, then Pᵀ, of one panel
     Acc* alpha() { return rows_.data(); }                 // (PanelQ) O rescale of the current tile
     Acc* inv_l() { return rows_.data() + PanelQ; }        // (PanelQ)
     Acc* lse() { return rows_.data() + 2 * PanelQ; }      // (PanelQ)
-    Acc* row_buf() { return rows_.data() + 3 * PanelQ; }  // (d) one converted input row
+    Acc* row_buf() { return rows_.data() + 3 * PanelQ; }  // (dk) one converted input row
     TileCache& tile_cache() { return tile_cache_; }       // staged tiles kept for the head's next blocks
     float* table_tile() { return table_tile_.get(); }     // (BlockKV, PanelQ) a score table's tile, transposed
 
@@ -89,7 +90,7 @@ class ForwardKernel {
   template <class Kv, class Layout, class Mask, class Accounting>
   static void run(const ForwardParams<T, Kv, Layout>& p, const Mask& mask, const SequenceInfo& seq, index_t q0,
                   Scratch& s, Accounting& acct) {
-    const int d = HeadDim > 0 ? HeadDim : int(p.head_dim());
+    const int dv = value_dim(p);
     Softmax softmax[kPanels];
     const int panels = attend(p, mask, seq, q0, 0, seq.seq_k, s, softmax, acct);
 
@@ -101,8 +102,8 @@ class ForwardKernel {
       } else {
         softmax[g].finalize(s.inv_l(), s.lse());
       }
-      Epilogue::store_o(p.o_rows(seq.batch), mask, seq, qg, rows, d, s.ot(g), s.inv_l());
-      acct.write(Traffic::O, rows * d * index_t(sizeof(T)));
+      Epilogue::store_o(p.o_rows(seq.batch), mask, seq, qg, rows, dv, s.ot(g), s.inv_l());
+      acct.write(Traffic::O, rows * dv * index_t(sizeof(T)));
       if (!p.lse.empty()) {
         const LseView lse = p.lse_rows(seq.batch);
         for (int i = 0; i < rows; ++i) lse(seq.batch, seq.head, qg + i) = float(s.lse()[i]);
@@ -112,21 +113,31 @@ class ForwardKernel {
   }
 
   // The same rows against keys [kv_lo, kv_hi) only, for split-KV: writes the unnormalised O rows and the
-  // softmax state (running max in base-2 units, running sum) to `part` (rows of d, rows, rows).
+  // softmax state (running max in base-2 units, running sum) to `part` (rows of dv, rows, rows).
   // A variant's sink and output transform (core/variants.hpp) apply to the merged output
   // (forward_scheduler.hpp).
   template <class Kv, class Layout, class Mask, class Accounting>
   static void run_partial(const ForwardParams<T, Kv, Layout>& p, const Mask& mask, const SequenceInfo& seq, index_t q0,
                           index_t kv_lo, index_t kv_hi, Scratch& s, Acc* part_o, Acc* part_m, Acc* part_l,
                           Accounting& acct) {
-    const int d = HeadDim > 0 ? HeadDim : int(p.head_dim());
+    const int dv = value_dim(p);
     Softmax softmax[kPanels];
     const int panels = attend(p, mask, seq, q0, kv_lo, kv_hi, s, softmax, acct);
     for (int g = 0; g < panels; ++g) {
       const int r0 = g * PanelQ;
       const int rows = int(std::min<index_t>(PanelQ, seq.seq_q - q0 - r0));
-      Epilogue::store_partial(softmax[g], s.ot(g), rows, d, part_o + std::size_t(r0) * d, part_m + r0, part_l + r0);
+      Epilogue::store_partial(softmax[g], s.ot(g), rows, dv, part_o + std::size_t(r0) * dv, part_m + r0, part_l + r0);
     }
+  }
+
+  // The head dims of a call: compile-time (HeadDim, when Q/K's and V's agree) or its own.
+  template <class Params>
+  static int head_dim(const Params& p) {
+    return HeadDim > 0 ? HeadDim : int(p.head_dim());
+  }
+  template <class Params>
+  static int value_dim(const Params& p) {
+    return HeadDim > 0 ? HeadDim : int(p.value_dim());
   }
 
  private:
@@ -140,24 +151,25 @@ class ForwardKernel {
     const index_t q1 = std::min(q0 + BlockQ, seq.seq_q);
     const int panels = int((q1 - q0 + PanelQ - 1) / PanelQ);
     const auto panel_end = [&](int g) { return std::min(q0 + (g + 1) * PanelQ, q1); };
-    const int d = HeadDim > 0 ? HeadDim : int(p.head_dim());
+    const int dk = head_dim(p), dv = value_dim(p);
     const index_t h_kv = p.kv_head(h);
-    const index_t row_bytes = d * index_t(sizeof(kv_elem_t<Kv>));  // of K or V
+    const index_t k_row_bytes = dk * index_t(sizeof(kv_elem_t<Kv>));
+    const index_t v_row_bytes = dv * index_t(sizeof(kv_elem_t<Kv>));
 
     // Raw scores become base-2 logits inside the softmax (exp2 instead of exp). A score modifier sees,
     // and returns, natural units scale·q·k, so then only log2(e) remains to apply.
     const Acc score_scale = modifies_scores_v<Mask> ? kLog2e : Acc(p.scale) * kLog2e;
 
-    const bool keep_k = kStagedTileCacheBytes > 0 && Ops::keeps_qk_tiles(p.k, d);
-    const bool keep_v = kStagedTileCacheBytes > 0 && Ops::keeps_pv_tiles(p.v, d);
+    const bool keep_k = kStagedTileCacheBytes > 0 && Ops::keeps_qk_tiles(p.k, dk);
+    const bool keep_v = kStagedTileCacheBytes > 0 && Ops::keeps_pv_tiles(p.v, dv);
     if (keep_k || keep_v) s.tile_cache().keep_head(b, h_kv, (seq_k + BlockKV - 1) / BlockKV);
 
     for (int g = 0; g < panels; ++g) {
       const index_t qg = q0 + g * PanelQ;
       const int rows = int(panel_end(g) - qg);
-      Ops::load_lanes(s.qt(g), s.row_buf(), p.q_rows(b), b, h, qg, rows, d);
-      acct.read(Traffic::Q, rows * d * index_t(sizeof(T)));
-      std::fill(s.ot(g), s.ot(g) + std::size_t(d) * PanelQ, Acc(0));
+      Ops::load_lanes(s.qt(g), s.row_buf(), p.q_rows(b), b, h, qg, rows, dk);
+      acct.read(Traffic::Q, rows * dk * index_t(sizeof(T)));
+      std::fill(s.ot(g), s.ot(g) + std::size_t(dv) * PanelQ, Acc(0));
     }
 
     // The policy that scores the tiles: for one that reads a score table, this program's own copy, on which
@@ -176,11 +188,11 @@ class ForwardKernel {
       const bool grid_tile = k0 % BlockKV == 0 && k1 == std::min<index_t>(k0 + BlockKV, seq_k);
       const index_t t = k0 / BlockKV;
 
-      const StagedTile k_tile = tile(s, TileCache::K, keep_k && grid_tile, t, s.k_stage(), cols, d, acct,
+      const StagedTile k_tile = tile(s, TileCache::K, keep_k && grid_tile, t, s.k_stage(), cols, dk, acct,
                                      [&](typename Ops::StagedElem* dst, bool copy) {
-                                       return Ops::stage_for_qk(dst, p.k, b, h_kv, k0, cols, d, copy);
+                                       return Ops::stage_for_qk(dst, p.k, b, h_kv, k0, cols, dk, copy);
                                      });
-      acct.read(Traffic::K, cols * row_bytes);
+      acct.read(Traffic::K, cols * k_row_bytes);
       StagedTile v_tile{nullptr, 0};
       const int next_cols = int(std::min<index_t>(BlockKV, kv_end - k1));
 
@@ -189,7 +201,7 @@ class ForwardKernel {
         const TileKind panel_kind = kPanels == 1 ? kind : mask.tile(qg, qg1, k0, k1);
         if (panel_kind == TileKind::Empty) continue;
         // While Q·Kᵀ runs, V's rows of this tile are fetched; while P·V runs, K's rows of the next.
-        Ops::qk(s.st(), s.qt(g), k_tile, cols, d, prefetch_rows(p.v, b, h_kv, k0, cols, d));  // Sᵀ (cols, PanelQ)
+        Ops::qk(s.st(), s.qt(g), k_tile, cols, dk, prefetch_rows(p.v, b, h_kv, k0, cols, dv));  // Sᵀ (cols, PanelQ)
 
         if (panel_kind == TileKind::Partial || modifies_scores_v<Mask>) {
           if constexpr (holds_score_table_v<Mask>)  // score_table.hpp
@@ -200,14 +212,14 @@ class ForwardKernel {
         softmax[g].update(s.st(), cols, score_scale, s.alpha());  // Sᵀ -> Pᵀ, alpha
 
         if (v_tile.data == nullptr) {  // staged for the first panel that uses it
-          v_tile = tile(s, TileCache::V, keep_v && grid_tile, t, s.v_stage(), cols, d, acct,
+          v_tile = tile(s, TileCache::V, keep_v && grid_tile, t, s.v_stage(), cols, dv, acct,
                         [&](typename Ops::StagedElem* dst, bool copy) {
-                          return Ops::stage_for_pv(dst, p.v, b, h_kv, k0, cols, d, copy);
+                          return Ops::stage_for_pv(dst, p.v, b, h_kv, k0, cols, dv, copy);
                         });
-          acct.read(Traffic::V, cols * row_bytes);
+          acct.read(Traffic::V, cols * v_row_bytes);
         }
-        Ops::pv(s.ot(g), s.alpha(), s.st(), v_tile, cols, d,
-                prefetch_rows(p.k, b, h_kv, k1, next_cols, d));  // Oᵀ (d, PanelQ)
+        Ops::pv(s.ot(g), s.alpha(), s.st(), v_tile, cols, dv,
+                prefetch_rows(p.k, b, h_kv, k1, next_cols, dk));  // Oᵀ (dv, PanelQ)
       }
     }
     return panels;

@@ -24,8 +24,8 @@ namespace flashattn::cpu {
 template <class T, class Kv, class Layout>
 int worker_count(const ForwardParams<T, Kv, Layout>& p, int requested) {
   constexpr double kMinFlopsPerThread = 4e6;
-  const double flops = 4.0 * double(p.batch()) * double(p.heads()) * double(p.seqs.max_q_len()) *
-                       double(p.seqs.max_kv_len()) * double(p.head_dim());
+  const double flops = 2.0 * double(p.batch()) * double(p.heads()) * double(p.seqs.max_q_len()) *
+                       double(p.seqs.max_kv_len()) * double(p.head_dim() + p.value_dim());
   return int(std::max(1.0, std::min(double(requested), flops / kMinFlopsPerThread)));
 }
 
@@ -35,7 +35,7 @@ template <class Kernel, class T, class Kv, class Layout, class Mask, class Parti
 void write_merged_rows(int threads, const ForwardParams<T, Kv, Layout>& p, const Mask& mask,
                        SplitKvPartials<typename Kernel::Acc>& partials, PartialRow&& partial_row, Accounting& acct) {
   using Acc = typename Kernel::Acc;
-  const int d = int(p.head_dim());
+  const int d = int(p.value_dim());
   const index_t rows_per_head = p.seqs.total_q();
   run_workers(p.batch() * p.heads(), threads, [&](WorkQueue& queue) {
     AlignedBuffer<Acc> o_buf{std::size_t(d)};
@@ -68,13 +68,13 @@ void run_forward(int num_threads, const ForwardParams<T, Kv, Layout>& p, const M
   using Acc = typename Kernel::Acc;
   constexpr int BlockQ = Kernel::BlockQ, BlockKV = Kernel::BlockKV;
   const WorkGrid grid{p.batch(), p.heads(), WorkGrid::blocks_of(p.seqs.max_q_len(), BlockQ), true};
-  const int d = int(p.head_dim());
+  const int dk = int(p.head_dim()), dv = int(p.value_dim());
   const int threads = worker_count(p, num_threads > 0 ? num_threads : default_num_threads());
   const index_t splits = kv_splits(grid.size(), p.seqs.max_kv_len(), BlockKV);
 
   if (splits == 1) {
     run_workers(grid.size(), threads, [&](WorkQueue& queue) {
-      typename Kernel::Scratch scratch(d);
+      typename Kernel::Scratch scratch(dk, dv);
       for (index_t i; queue.next(i);) {
         const WorkItem item = grid[i];
         const SequenceInfo seq = sequence_info(p.seqs, item.batch, item.head);
@@ -88,13 +88,13 @@ void run_forward(int num_threads, const ForwardParams<T, Kv, Layout>& p, const M
   // Split-KV: ranges are whole tiles; partial rows are indexed (head, the layout's row of (batch, row)).
   const index_t range = WorkGrid::blocks_of(WorkGrid::blocks_of(p.seqs.max_kv_len(), BlockKV), int(splits)) * BlockKV;
   const index_t rows_per_head = p.seqs.total_q();
-  SplitKvPartials<Acc> partials(splits, p.heads() * rows_per_head, d);
+  SplitKvPartials<Acc> partials(splits, p.heads() * rows_per_head, dv);
   const auto partial_row = [&](const SequenceInfo& seq, index_t i) {
     return seq.head * rows_per_head + p.seqs.q_row(seq.batch, i);
   };
 
   run_workers(grid.size() * splits, threads, [&](WorkQueue& queue) {
-    typename Kernel::Scratch scratch(d);
+    typename Kernel::Scratch scratch(dk, dv);
     for (index_t i; queue.next(i);) {
       const index_t split = i % splits;
       const WorkItem item = grid[i / splits];
@@ -104,7 +104,7 @@ void run_forward(int num_threads, const ForwardParams<T, Kv, Layout>& p, const M
       const index_t row0 = partial_row(seq, q0);
       Kernel::run_partial(p, policy_for(mask, seq), seq, q0, split * range, (split + 1) * range, scratch,
                           partials.o(split, row0), partials.m(split, row0), partials.l(split, row0), acct);
-      acct.write(Traffic::Partial, std::min<index_t>(BlockQ, seq.seq_q - q0) * partials.row_bytes(d));
+      acct.write(Traffic::Partial, std::min<index_t>(BlockQ, seq.seq_q - q0) * partials.row_bytes(dv));
     }
   });
 
@@ -124,12 +124,12 @@ void run_decode(int num_threads, const ForwardParams<T, Kv, Layout>& p, const Ma
   using Kernel = DecodeKernel<T, HeadDim, TileConfig::isa>;
   using Acc = typename Kernel::Acc;
   constexpr index_t kMinBytes = index_t(256) << 10;
-  const int d = int(p.head_dim());
+  const int dk = int(p.head_dim()), dv = int(p.value_dim());
   const index_t heads_kv = p.heads() / p.group;
   const index_t per_program = Kernel::heads_per_program(p.seqs.max_q_len(), p.group);
   const index_t chunks = WorkGrid::blocks_of(p.group, int(per_program));
   const index_t items = p.batch() * heads_kv * chunks;
-  const index_t key_bytes = 2 * d * index_t(sizeof(kv_elem_t<Kv>));  // one key's K and V row
+  const index_t key_bytes = (dk + dv) * index_t(sizeof(kv_elem_t<Kv>));  // one key's K and V row
   const index_t splits = decode_splits(items, p.seqs.max_kv_len(), Kernel::BlockKV, kMinBytes / key_bytes);
   const index_t range =
       WorkGrid::blocks_of(WorkGrid::blocks_of(p.seqs.max_kv_len(), Kernel::BlockKV), int(splits)) * Kernel::BlockKV;
@@ -139,9 +139,9 @@ void run_decode(int num_threads, const ForwardParams<T, Kv, Layout>& p, const Ma
   const int threads = int(std::max(1.0, std::min({double(requested), double(items * splits), bytes / kMinBytes})));
 
   const index_t rows_per_head = p.seqs.total_q();
-  SplitKvPartials<Acc> partials(splits, p.heads() * rows_per_head, d);
+  SplitKvPartials<Acc> partials(splits, p.heads() * rows_per_head, dv);
   run_workers(items * splits, threads, [&](WorkQueue& queue) {
-    typename Kernel::Scratch scratch(d);
+    typename Kernel::Scratch scratch(dk, dv);
     for (index_t i; queue.next(i);) {
       const index_t split = i % splits, item = i / splits;
       const index_t chunk = item % chunks, bh_kv = item / chunks;

@@ -27,14 +27,14 @@ void naive_attention_forward(detail::nondeduced<TensorView<const T>> q, detail::
   using Acc = cpu::acc_t<T>;
   using Mat = Eigen::Matrix<Acc, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   const ForwardParams<T> p = make_forward_params<T>(q, k, v, o, lse, options);
-  const index_t sq = q.seq, sk = k.seq, d = q.dim;
+  const index_t sq = q.seq, sk = k.seq, d = q.dim, dv = v.dim;  // dv: V's and O's head dim
   const BandMask band = BandMask::window(sq, sk, options.window_left,
                                          options.causal ? 0 : options.window_right);
   const bool masked = options.has_window();
-  const auto load = [d](const TensorView<const T>& x, index_t b, index_t h, Mat& m) {
-    m.resize(x.seq, d);
+  const auto load = [](const TensorView<const T>& x, index_t b, index_t h, Mat& m) {
+    m.resize(x.seq, x.dim);
     for (index_t s = 0; s < x.seq; ++s)
-      for (index_t c = 0; c < d; ++c) m(s, c) = Acc(x(b, s, h, c));
+      for (index_t c = 0; c < x.dim; ++c) m(s, c) = Acc(x(b, s, h, c));
   };
   const index_t elem = index_t(sizeof(T)), acc_elem = index_t(sizeof(Acc));
   Mat qm, km, vm, s, om;
@@ -67,10 +67,10 @@ void naive_attention_forward(detail::nondeduced<TensorView<const T>> q, detail::
       acct.write(Traffic::P, sq * sk * acc_elem);
       om.noalias() = s * vm;
       acct.read(Traffic::P, sq * sk * acc_elem);
-      acct.read(Traffic::V, sk * d * elem);
+      acct.read(Traffic::V, sk * dv * elem);
       for (index_t i = 0; i < sq; ++i)
-        for (index_t c = 0; c < d; ++c) o(b, i, h, c) = T(om(i, c));
-      acct.write(Traffic::O, sq * d * elem);
+        for (index_t c = 0; c < dv; ++c) o(b, i, h, c) = T(om(i, c));
+      acct.write(Traffic::O, sq * dv * elem);
       if (!lse.empty()) acct.write(Traffic::Lse, sq * index_t(sizeof(float)));
     }
   }
