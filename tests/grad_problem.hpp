@@ -30,16 +30,17 @@ struct GradProblem {
   HostTensor<T> q, k, v, o, d_o, dq, dk, dv;
   HostLse lse;
 
+  // d: the head dim of q and k; dv: of v, o and d_o (d unless given: MLA-style heads differ).
   GradProblem(Layout layout, index_t batch, index_t sq, index_t sk, index_t hq, index_t hkv, index_t d,
-              std::uint32_t seed)
+              std::uint32_t seed, index_t dv_dim = 0)
       : q(layout, batch, sq, hq, d),
         k(layout, batch, sk, hkv, d),
-        v(layout, batch, sk, hkv, d),
-        o(layout, batch, sq, hq, d),
-        d_o(layout, batch, sq, hq, d),
+        v(layout, batch, sk, hkv, dv_dim > 0 ? dv_dim : d),
+        o(layout, batch, sq, hq, dv_dim > 0 ? dv_dim : d),
+        d_o(layout, batch, sq, hq, dv_dim > 0 ? dv_dim : d),
         dq(layout, batch, sq, hq, d, nan()),
         dk(layout, batch, sk, hkv, d, nan()),
-        dv(layout, batch, sk, hkv, d, nan()),
+        dv(layout, batch, sk, hkv, dv_dim > 0 ? dv_dim : d, nan()),
         lse(batch, hq, sq) {
     fill_normal(q.view(), seed);
     fill_normal(k.view(), seed + 1);

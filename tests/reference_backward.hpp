@@ -29,7 +29,7 @@ namespace flashattn::testing {
 struct ReferenceGrads {
   std::vector<double> dq;  // (batch, seq_q, heads_q, dim), contiguous
   std::vector<double> dk;  // (batch, seq_k, heads_kv, dim), contiguous
-  std::vector<double> dv;  // idem
+  std::vector<double> dv;  // (batch, seq_k, heads_kv, v's dim), contiguous
   std::vector<double> d_sinks;  // (heads_q): dLoss/d sink logit, summed over the batch (0 without sinks)
 };
 
@@ -49,15 +49,18 @@ ReferenceGrads reference_backward(const TensorView<const T>& q, const TensorView
                                   const TensorView<const T>& v, const TensorView<const T>& d_o, double scale,
                                   const Mask& mask, RowRange rows = {}, const double* d_lse = nullptr,
                                   std::vector<double>* d_scores = nullptr) {
-  const index_t B = q.batch, Sq = q.seq, Sk = k.seq, H = q.heads, Hkv = k.heads, D = q.dim, group = H / Hkv;
+  // D: the head dim of q and k; Dv: of v, o and d_o.
+  const index_t B = q.batch, Sq = q.seq, Sk = k.seq, H = q.heads, Hkv = k.heads, D = q.dim, Dv = v.dim;
+  const index_t group = H / Hkv;
   const auto r = [](Calc x) { return round_to<Store>(x); };
   std::vector<Calc> dq(std::size_t(B * Sq * H * D), Calc(0)), dk(std::size_t(B * Sk * Hkv * D), Calc(0)),
-      dv(dk.size(), Calc(0)), d_sinks(std::size_t(H), Calc(0));
+      dv(std::size_t(B * Sk * Hkv * Dv), Calc(0)), d_sinks(std::size_t(H), Calc(0));
   const auto sk = static_cast<std::size_t>(Sk);
-  std::vector<Calc> s(sk), g(sk), p(sk), o(static_cast<std::size_t>(D));
+  std::vector<Calc> s(sk), g(sk), p(sk), o(static_cast<std::size_t>(Dv));
   std::vector<bool> kept(sk);
   const auto at_q = [&](index_t b, index_t i, index_t h) { return std::size_t(((b * Sq + i) * H + h) * D); };
   const auto at_k = [&](index_t b, index_t j, index_t h) { return std::size_t(((b * Sk + j) * Hkv + h) * D); };
+  const auto at_v = [&](index_t b, index_t j, index_t h) { return std::size_t(((b * Sk + j) * Hkv + h) * Dv); };
   if (d_scores != nullptr) d_scores->assign(std::size_t(B * H * Sq * Sk), 0.0);
 
   for (index_t b = 0; b < B; ++b) {
@@ -102,23 +105,23 @@ ReferenceGrads reference_backward(const TensorView<const T>& q, const TensorView
         const Calc p_sink = std::exp(sink - m) / l;
         std::fill(o.begin(), o.end(), Calc(0));
         for (index_t j = 0; j < Sk; ++j)
-          for (index_t c = 0; c < D; ++c) o[std::size_t(c)] += p[std::size_t(j)] * Calc(v(b, j, hk, c));
+          for (index_t c = 0; c < Dv; ++c) o[std::size_t(c)] += p[std::size_t(j)] * Calc(v(b, j, hk, c));
         Calc delta = 0;
-        for (index_t c = 0; c < D; ++c) delta += Calc(d_o(b, i, h, c)) * r(o[std::size_t(c)]);
+        for (index_t c = 0; c < Dv; ++c) delta += Calc(d_o(b, i, h, c)) * r(o[std::size_t(c)]);
         delta -= dlse;
         d_sinks[std::size_t(h)] -= p_sink * delta;
         for (index_t j = 0; j < Sk; ++j) {
           const std::size_t jj = std::size_t(j);
           if (!kept[jj]) continue;
           Calc dp = 0;
-          for (index_t c = 0; c < D; ++c) dp += Calc(d_o(b, i, h, c)) * Calc(v(b, j, hk, c));
+          for (index_t c = 0; c < Dv; ++c) dp += Calc(d_o(b, i, h, c)) * Calc(v(b, j, hk, c));
           const Calc ds = r(p[jj] * (r(dp) - delta) * g[jj]);
           if (d_scores != nullptr) (*d_scores)[std::size_t(((b * H + h) * Sq + i) * Sk + j)] = double(ds);
           for (index_t c = 0; c < D; ++c) {
             dq[at_q(b, i, h) + std::size_t(c)] += Calc(scale) * ds * Calc(k(b, j, hk, c));
             dk[at_k(b, j, hk) + std::size_t(c)] += Calc(scale) * ds * Calc(q(b, i, h, c));
-            dv[at_k(b, j, hk) + std::size_t(c)] += p[jj] * Calc(d_o(b, i, h, c));
           }
+          for (index_t c = 0; c < Dv; ++c) dv[at_v(b, j, hk) + std::size_t(c)] += p[jj] * Calc(d_o(b, i, h, c));
         }
       }
     }

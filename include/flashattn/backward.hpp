@@ -43,7 +43,7 @@ void attention_backward(const Context& ctx, detail::nondeduced<TensorView<const 
                         detail::nondeduced<TensorView<T>> dv, const AttentionOptions& options = {},
                         const BackwardExtras& extras = {}) {
   const BackwardParams<T> p = make_backward_params<T>(q, k, v, o, d_o, lse, dq, dk, dv, options, extras);
-  validate_context(ctx, p.q.dim);
+  validate_context(ctx, p.q.dim, p.v.dim);
   if (p.q.batch == 0) return;  // nothing to compute: a defined no-op
   dispatch_backward(ctx, p, options);
 }
@@ -70,7 +70,7 @@ void attention_backward_masked(const Context& ctx, detail::nondeduced<TensorView
   constexpr bool has_sink = has_sink_v<decltype(policy_for(mask, SequenceInfo{}))>;
   const BackwardParams<T> p =
       make_backward_params<T>(q, k, v, o, d_o, lse, dq, dk, dv, options, extras, has_sink, bias_in_policy(mask));
-  validate_context(ctx, p.q.dim);
+  validate_context(ctx, p.q.dim, p.v.dim);
   check_policy_lengths(mask, q.seq, k.seq);
   check_policy_heads(mask, q.heads);
   check_policy_shape(mask, q.batch, q.heads);

@@ -23,7 +23,8 @@ TensorView<T> single_head_view(T* data, index_t seq, index_t dim, index_t row_st
   return {data, 1, seq, 1, dim, seq * row_stride, row_stride, dim, 1};
 }
 
-// o = softmax(scale · q · kᵀ [+ mask]) · v. q, o: (seq_q, d); k, v: (seq_k, d). ctx: the backend context
+// o = softmax(scale · q · kᵀ [+ mask]) · v. q: (seq_q, d), k: (seq_k, d), v: (seq_k, dv), o: (seq_q, dv)
+// (dv = d but for MLA-style heads). ctx: the backend context
 // (cpu::Context<>{threads}, as for attention_forward); the overloads without one run on cpu::Context<>.
 template <class Context, class DQ, class DK, class DV, class DO, class = detail::if_context<Context>>
 void attention(const Context& ctx, const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k,
@@ -52,12 +53,12 @@ void attention(const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k, c
   attention(cpu::Context<>{}, q, k, v, o_out, options);
 }
 
-// As above, returning a new (seq_q, d) matrix.
+// As above, returning a new (seq_q, dv) matrix.
 template <class Context, class DQ, class DK, class DV, class = detail::if_context<Context>>
 RowMajorMatrix<typename DQ::Scalar> attention(const Context& ctx, const Eigen::MatrixBase<DQ>& q,
                                               const Eigen::MatrixBase<DK>& k, const Eigen::MatrixBase<DV>& v,
                                               const AttentionOptions& options = {}) {
-  RowMajorMatrix<typename DQ::Scalar> o(q.rows(), q.cols());
+  RowMajorMatrix<typename DQ::Scalar> o(q.rows(), v.cols());
   attention(ctx, q, k, v, o, options);
   return o;
 }

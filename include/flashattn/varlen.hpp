@@ -162,7 +162,7 @@ void attention_backward_varlen(const Context& ctx, detail::nondeduced<TensorView
                                detail::nondeduced<TensorView<T>> dv, const PackedBatch& seqs,
                                const AttentionOptions& options = {}, const BackwardExtras& extras = {}) {
   const auto p = make_varlen_backward_params<T>(q, k, v, o, d_o, lse, dq, dk, dv, seqs, options, extras);
-  validate_context(ctx, p.q.dim);
+  validate_context(ctx, p.q.dim, p.v.dim);
   if (p.batch() == 0) return;
   dispatch_backward(ctx, p, options);
 }

@@ -42,9 +42,9 @@ template <class T, class Layout = EqualLengths>
 struct BackwardParams {
   TensorView<const T> q;     // (batch, seq_q, heads_q, dim)
   TensorView<const T> k;     // (batch, seq_k, heads_kv, dim)
-  TensorView<const T> v;     // (batch, seq_k, heads_kv, dim)
-  TensorView<const T> o;     // (batch, seq_q, heads_q, dim): the forward's output
-  TensorView<const T> d_o;   // (batch, seq_q, heads_q, dim): dLoss/dO
+  TensorView<const T> v;     // (batch, seq_k, heads_kv, value dim): v's head dim may differ from q/k's
+  TensorView<const T> o;     // (batch, seq_q, heads_q, value dim): the forward's output
+  TensorView<const T> d_o;   // (batch, seq_q, heads_q, value dim): dLoss/dO
   LseView lse;               // (batch, heads_q, seq_q): the forward's LSE (read only), never empty here
   TensorView<T> dq;          // like q
   TensorView<T> dk;          // like k: summed over the `group` query heads that share each KV head

@@ -89,15 +89,22 @@ void check_backward_views(const TensorView<const T>& q, const TensorView<const T
   if (v.heads != k.heads) fail("k and v must have the same heads: " + describe("k", k) + ", " + describe("v", v));
   if (q.heads % k.heads != 0)
     fail("heads of q must be a multiple of heads of k/v (grouped-query attention): " + sizes(q.heads, k.heads));
+  // q and k share a head dim; v's may differ (MLA), and o and d_o have it.
   if (q.dim < 1) fail("head dim must be >= 1: " + describe("q", q));
-  if (k.dim != q.dim || v.dim != q.dim)
-    fail("head dims must agree: " + describe("q", q) + ", " + describe("k", k) + ", " + describe("v", v));
-  // o, d_o and dq have q's shape; dk and dv have k's.
+  if (v.dim < 1) fail("head dim must be >= 1: " + describe("v", v));
+  if (k.dim != q.dim)
+    fail("head dims must agree: q and k (scores are q·k): " + describe("q", q) + ", " + describe("k", k));
+  // o and d_o have q's seq and heads with v's head dim, dq has q's shape; dk has k's, dv v's.
   const auto same_shape = [](const auto& a, const auto& b) {
     return a.seq == b.seq && a.heads == b.heads && a.dim == b.dim;
   };
-  if (!same_shape(o, q)) fail("o must have q's shape: " + describe("q", q) + ", " + describe("o", o));
-  if (!same_shape(d_o, q)) fail("d_o must have q's shape: " + describe("q", q) + ", " + describe("d_o", d_o));
+  const auto output_shape = [&](const auto& a) { return a.seq == q.seq && a.heads == q.heads && a.dim == v.dim; };
+  if (!output_shape(o))
+    fail("o must have q's seq and heads and v's head dim: " + describe("q", q) + ", " + describe("v", v) + ", " +
+         describe("o", o));
+  if (!output_shape(d_o))
+    fail("d_o must have q's seq and heads and v's head dim: " + describe("q", q) + ", " + describe("v", v) + ", " +
+         describe("d_o", d_o));
   if (!same_shape(dq, q)) fail("dq must have q's shape: " + describe("q", q) + ", " + describe("dq", dq));
   if (!same_shape(dk, k)) fail("dk must have k's shape: " + describe("k", k) + ", " + describe("dk", dk));
   if (!same_shape(dv, v)) fail("dv must have v's shape: " + describe("v", v) + ", " + describe("dv", dv));

@@ -54,11 +54,11 @@ void check_forward_views(const TensorView<const T>& q, const TensorView<const E>
   if (q.dim < 1) fail("head dim must be >= 1: " + describe("q", q));
   if (v.dim < 1) fail("head dim must be >= 1: " + describe(v_name, v));
   if (k.dim != q.dim)
-    fail(std::string("head dims of q and ") + k_name + " must agree: " + describe("q", q) + ", " +
+    fail(std::string("head dims must agree: q and ") + k_name + " (scores are q·k): " + describe("q", q) + ", " +
          describe(k_name, k));
   if (o.dim != v.dim)
-    fail(std::string("o must have the head dim of ") + v_name + ": " + describe(v_name, v) + ", " +
-         describe("o", o));
+    fail(std::string("head dims must agree: o and ") + v_name + " (o mixes rows of v): " + describe(v_name, v) +
+         ", " + describe("o", o));
 
   check_no_self_overlap<4>("o", {o.batch, o.seq, o.heads, o.dim},
                                    {o.stride_batch, o.stride_seq, o.stride_head, o.stride_dim});

@@ -18,7 +18,8 @@ namespace flashattn::cpu {
 template <class TileChoice, class T, class Layout, class Mask>
 void dispatch_backward(const Context<TileChoice>& ctx, const BackwardParams<T, Layout>& p, const Mask& mask) {
   using TileConfig = std::conditional_t<std::is_same_v<TileChoice, AutoTiles>, DefaultTiles<T>, TileChoice>;
-  switch (p.q.dim) {
+  // One compile-time head dim covers Q/K and V alike; unequal dims (MLA) run with runtime ones.
+  switch (p.q.dim == p.v.dim ? p.q.dim : 0) {
     case 64:
       return run_backward<T, TileConfig, 64>(ctx.num_threads, p, mask);
     case 128:

@@ -88,18 +88,19 @@ class BackwardKernel {
                 "the backward holds a key block in packets: BlockKV must be a multiple of the packet width");
 
   // The working set of one dQ worker, reused across its programs.
+  // dk: the head dim of Q, K (and dQ, dK); dv: of V, O, dO (and dV). Staging slots fit either.
   class DqScratch {
    public:
-    explicit DqScratch(int d)
-        : qt_(OpsQ::lane_elems(d)),
-          dot_(OpsQ::lane_elems(d)),
-          stage_(3 * OpsQ::stage_elems(d)),
-          dqt_(std::size_t(d) * BlockQ),
+    DqScratch(int dk, int dv)
+        : qt_(OpsQ::lane_elems(dk)),
+          dot_(OpsQ::lane_elems(dv)),
+          stage_(3 * std::max(OpsQ::stage_elems(dk), OpsQ::stage_elems(dv))),
+          dqt_(std::size_t(dk) * BlockQ),
           st_(std::size_t(BlockKV) * BlockQ),
           dpt_(std::size_t(BlockKV) * BlockQ),
           gt_(std::size_t(BlockKV) * BlockQ),
-          rows_(3 * std::size_t(BlockQ) + std::size_t(d)),
-          stage_elems_(OpsQ::stage_elems(d)) {
+          rows_(3 * std::size_t(BlockQ) + std::size_t(std::max(dk, dv))),
+          stage_elems_(std::max(OpsQ::stage_elems(dk), OpsQ::stage_elems(dv))) {
       // Lanes the score modifier never writes (padding rows) must multiply by a finite 0.
       std::fill(gt_.data(), gt_.data() + gt_.size(), Acc(0));
       std::fill(ones(), ones() + BlockQ, Acc(1));
@@ -110,14 +111,14 @@ class BackwardKernel {
     typename OpsQ::StagedElem* k_stage() { return stage_.data(); }                      // K tile as qk reads it
     typename OpsQ::StagedElem* v_stage() { return stage_.data() + stage_elems_; }       // V tile as qk reads it
     typename OpsQ::StagedElem* kv_stage() { return stage_.data() + 2 * stage_elems_; }  // K tile as pv reads it
-    Acc* dqt() { return dqt_.data(); }                    // (d, BlockQ)       dQᵀ accumulator
+    Acc* dqt() { return dqt_.data(); }                    // (dk, BlockQ)      dQᵀ accumulator
     Acc* st() { return st_.data(); }                      // (BlockKV, BlockQ) Sᵀ = K·Qᵀ (unscaled), then Pᵀ
     Acc* dpt() { return dpt_.data(); }                    // (BlockKV, BlockQ) dPᵀ, then dSᵀ
     Acc* gt() { return gt_.data(); }                      // (BlockKV, BlockQ) d score'/d score (score modifiers)
     Acc* delta() { return rows_.data(); }                 // (BlockQ)          D; 0 in padding rows
     Acc* neg_lse() { return rows_.data() + BlockQ; }      // (BlockQ)          −LSE; −inf in padding rows
     Acc* ones() { return rows_.data() + 2 * BlockQ; }     // (BlockQ)          pv's rescale factors: none here
-    Acc* row_buf() { return rows_.data() + 3 * BlockQ; }  // (d)            one converted input row
+    Acc* row_buf() { return rows_.data() + 3 * BlockQ; }  // (max(dk, dv))  one converted input row
     float* table_tile() { return table_tile_.get(); }     // (BlockKV, BlockQ) a score table's tile, transposed
 
    private:
@@ -131,17 +132,17 @@ class BackwardKernel {
   // The working set of one dK/dV worker.
   class DkvScratch {
    public:
-    explicit DkvScratch(int d)
-        : kt_(OpsKV::lane_elems(d)),
-          vt_(OpsKV::lane_elems(d)),
-          stage_(4 * OpsKV::stage_elems(d)),
-          dkt_(std::size_t(d) * BlockKV),
-          dvt_(std::size_t(d) * BlockKV),
+    DkvScratch(int dk, int dv)
+        : kt_(OpsKV::lane_elems(dk)),
+          vt_(OpsKV::lane_elems(dv)),
+          stage_(4 * std::max(OpsKV::stage_elems(dk), OpsKV::stage_elems(dv))),
+          dkt_(std::size_t(dk) * BlockKV),
+          dvt_(std::size_t(dv) * BlockKV),
           s_(std::size_t(BlockQ) * BlockKV),
           dp_(std::size_t(BlockQ) * BlockKV),
           g_(std::size_t(BlockQ) * BlockKV),
-          rows_(std::size_t(BlockKV) + std::size_t(d)),
-          stage_elems_(OpsKV::stage_elems(d)) {
+          rows_(std::size_t(BlockKV) + std::size_t(std::max(dk, dv))),
+          stage_elems_(std::max(OpsKV::stage_elems(dk), OpsKV::stage_elems(dv))) {
       std::fill(g_.data(), g_.data() + g_.size(), Acc(0));
       std::fill(ones(), ones() + BlockKV, Acc(1));
     }
@@ -152,13 +153,13 @@ class BackwardKernel {
     typename OpsKV::StagedElem* do_stage() { return stage_.data() + stage_elems_; }         // dO rows as qk reads them
     typename OpsKV::StagedElem* q_pv_stage() { return stage_.data() + 2 * stage_elems_; }   // Q rows as pv reads them
     typename OpsKV::StagedElem* do_pv_stage() { return stage_.data() + 3 * stage_elems_; }  // dO rows as pv reads them
-    Acc* dkt() { return dkt_.data(); }                 // (d, BlockKV)      dKᵀ accumulator (unscaled)
-    Acc* dvt() { return dvt_.data(); }                 // (d, BlockKV)      dVᵀ accumulator
+    Acc* dkt() { return dkt_.data(); }                 // (dk, BlockKV)     dKᵀ accumulator (unscaled)
+    Acc* dvt() { return dvt_.data(); }                 // (dv, BlockKV)     dVᵀ accumulator
     Acc* s() { return s_.data(); }                     // (BlockQ, BlockKV) S = Q·Kᵀ (unscaled), then P
     Acc* dp() { return dp_.data(); }                   // (BlockQ, BlockKV) dP, then dS
     Acc* g() { return g_.data(); }                     // (BlockQ, BlockKV) d score'/d score (score modifiers)
     Acc* ones() { return rows_.data(); }               // (BlockKV)
-    Acc* row_buf() { return rows_.data() + BlockKV; }  // (d)
+    Acc* row_buf() { return rows_.data() + BlockKV; }  // (max(dk, dv))
 
    private:
     AlignedBuffer<typename OpsKV::LaneElem> kt_, vt_;
@@ -177,55 +178,55 @@ class BackwardKernel {
     const BackwardParams<T, Layout> p = whole.entry(b);
     const index_t q1 = std::min(q0 + BlockQ, seq.seq_q);
     const int rows = int(q1 - q0);
-    const int d = HeadDim > 0 ? HeadDim : int(p.q.dim);
+    const int dk = head_dim(p), dv = value_dim(p);
     const index_t h_kv = p.kv_head(h);
     const auto k_rows = dense_kv(p.k), v_rows = dense_kv(p.v);
     const index_t stat0 = stats.offset(h, p.seqs.q_row(b, 0));
 
-    OpsQ::load_lanes(s.qt(), s.row_buf(), p.q, b, h, q0, rows, d);
-    OpsQ::load_lanes(s.dot(), s.row_buf(), p.d_o, b, h, q0, rows, d);
-    row_statistics(p, b, h, q0, rows, d, s.delta(), s.neg_lse());
+    OpsQ::load_lanes(s.qt(), s.row_buf(), p.q, b, h, q0, rows, dk);
+    OpsQ::load_lanes(s.dot(), s.row_buf(), p.d_o, b, h, q0, rows, dv);
+    row_statistics(p, b, h, q0, rows, dv, s.delta(), s.neg_lse());
 
     // Clipped to the keys that exist, so that no mask policy, however written, can make us read past K/V.
     // The tiles start at kv_begin, as in the forward, so that the same tiles are asked the same questions.
     const index_t kv_begin = std::max(mask.kv_begin(q0, q1), index_t{0});
     const index_t kv_end = std::min(mask.kv_end(q0, q1), seq.seq_k);
-    if constexpr (std::is_same_v<Acc, double>) refine_lse(p, mask, b, h_kv, q0, rows, d, kv_begin, kv_end, s);
+    if constexpr (std::is_same_v<Acc, double>) refine_lse(p, mask, b, h_kv, q0, rows, dk, kv_begin, kv_end, s);
     std::copy(s.delta(), s.delta() + rows, stats.delta + stat0 + q0);
     std::copy(s.neg_lse(), s.neg_lse() + rows, stats.neg_lse + stat0 + q0);
 
     // The policy that scores the tiles: a copy for one that reads a score table (score_table.hpp).
     std::conditional_t<holds_score_table_v<Mask>, Mask, const Mask&> scoring = mask;
-    std::fill(s.dqt(), s.dqt() + std::size_t(d) * BlockQ, Acc(0));
+    std::fill(s.dqt(), s.dqt() + std::size_t(dk) * BlockQ, Acc(0));
     for (index_t k0 = kv_begin; k0 < kv_end; k0 += BlockKV) {
       const index_t k1 = std::min(k0 + BlockKV, kv_end);
       const TileKind kind = mask.tile(q0, q1, k0, k1);
       if (kind == TileKind::Empty) continue;
       const int cols = int(k1 - k0);
 
-      const auto k_tile = OpsQ::stage_for_qk(s.k_stage(), k_rows, b, h_kv, k0, cols, d);
+      const auto k_tile = OpsQ::stage_for_qk(s.k_stage(), k_rows, b, h_kv, k0, cols, dk);
       // Sᵀ (cols, BlockQ) = K·Qᵀ, while this tile's V rows are fetched.
-      OpsQ::qk(s.st(), s.qt(), k_tile, cols, d, prefetch_rows(v_rows, b, h_kv, k0, cols, d));
+      OpsQ::qk(s.st(), s.qt(), k_tile, cols, dk, prefetch_rows(v_rows, b, h_kv, k0, cols, dv));
       if (kind == TileKind::Partial || modifies_scores_v<Mask>) {
         if constexpr (holds_score_table_v<Mask>)  // score_table.hpp
           bind_table_tile<kIsa>(scoring, s.table_tile(), BlockQ, q0, rows, k0, cols);
         mask_tile<QueryLanes>(s.st(), s.gt(), scoring, Acc(p.scale), TileSpan{q0, rows, k0, cols, true, k0, k1});
       }
 
-      const auto v_tile = OpsQ::stage_for_qk(s.v_stage(), v_rows, b, h_kv, k0, cols, d);
-      OpsQ::qk(s.dpt(), s.dot(), v_tile, cols, d);  // dPᵀ (cols, BlockQ) = V·dOᵀ
+      const auto v_tile = OpsQ::stage_for_qk(s.v_stage(), v_rows, b, h_kv, k0, cols, dv);
+      OpsQ::qk(s.dpt(), s.dot(), v_tile, cols, dv);  // dPᵀ (cols, BlockQ) = V·dOᵀ
 
       // Sᵀ -> Pᵀ (kept in st) and dPᵀ -> dSᵀ (in dpt).
       probabilities_and_ds<QueryLanes, modifies_scores_v<Mask>>(s.st(), s.dpt(), s.gt(), cols, score_scale<Mask>(p),
                                                                 s.delta(), s.neg_lse());
       if (d_bias_rows != nullptr) add_scores_transposed(d_bias_rows + k0, seq.seq_k, s.dpt(), cols, rows);
 
-      // dQᵀ (d, BlockQ) += Kᵀ·dSᵀ, while the next tile's K rows are fetched.
-      const auto k_as_v = OpsQ::stage_for_pv(s.kv_stage(), k_rows, b, h_kv, k0, cols, d);
+      // dQᵀ (dk, BlockQ) += Kᵀ·dSᵀ, while the next tile's K rows are fetched.
+      const auto k_as_v = OpsQ::stage_for_pv(s.kv_stage(), k_rows, b, h_kv, k0, cols, dk);
       const int next_cols = int(std::min<index_t>(BlockKV, kv_end - k1));
-      OpsQ::pv(s.dqt(), s.ones(), s.dpt(), k_as_v, cols, d, prefetch_rows(k_rows, b, h_kv, k1, next_cols, d));
+      OpsQ::pv(s.dqt(), s.ones(), s.dpt(), k_as_v, cols, dk, prefetch_rows(k_rows, b, h_kv, k1, next_cols, dk));
     }
-    store_transposed<BlockQ>(p.dq, b, h, q0, rows, d, s.dqt(), Acc(p.scale));
+    store_transposed<BlockQ>(p.dq, b, h, q0, rows, dk, s.dqt(), Acc(p.scale));
   }
 
   // dK and dV of key rows [k0, k0 + BlockKV) of KV head h_kv in batch entry b, summed over the query
@@ -238,13 +239,13 @@ class BackwardKernel {
     const index_t seq_q = p.seqs.q_len(b);
     const index_t k1 = std::min(k0 + BlockKV, p.seqs.kv_len(b));
     const int cols = int(k1 - k0);
-    const int d = HeadDim > 0 ? HeadDim : int(p.q.dim);
+    const int dk = head_dim(p), dv = value_dim(p);
     const auto q_rows_src = dense_kv(p.q), do_rows_src = dense_kv(p.d_o);
 
-    OpsKV::load_lanes(s.kt(), s.row_buf(), p.k, b, h_kv, k0, cols, d);
-    OpsKV::load_lanes(s.vt(), s.row_buf(), p.v, b, h_kv, k0, cols, d);
-    std::fill(s.dkt(), s.dkt() + std::size_t(d) * BlockKV, Acc(0));
-    std::fill(s.dvt(), s.dvt() + std::size_t(d) * BlockKV, Acc(0));
+    OpsKV::load_lanes(s.kt(), s.row_buf(), p.k, b, h_kv, k0, cols, dk);
+    OpsKV::load_lanes(s.vt(), s.row_buf(), p.v, b, h_kv, k0, cols, dv);
+    std::fill(s.dkt(), s.dkt() + std::size_t(dk) * BlockKV, Acc(0));
+    std::fill(s.dvt(), s.dvt() + std::size_t(dv) * BlockKV, Acc(0));
 
     const index_t q_blocks = (seq_q + BlockQ - 1) / BlockQ;
     for (index_t h = h_kv * p.group; h < (h_kv + 1) * p.group; ++h) {
@@ -266,28 +267,38 @@ class BackwardKernel {
         const bool partial = kind == TileKind::Partial || lo > k0 || hi < k1;
         const int rows = int(q1 - q0);
 
-        const auto q_rows = OpsKV::stage_for_qk(s.q_stage(), q_rows_src, b, h, q0, rows, d);
+        const auto q_rows = OpsKV::stage_for_qk(s.q_stage(), q_rows_src, b, h, q0, rows, dk);
         // S (rows, BlockKV) = Q·Kᵀ, while this block's dO rows are fetched.
-        OpsKV::qk(s.s(), s.kt(), q_rows, rows, d, prefetch_rows(do_rows_src, b, h, q0, rows, d));
+        OpsKV::qk(s.s(), s.kt(), q_rows, rows, dk, prefetch_rows(do_rows_src, b, h, q0, rows, dv));
         if (partial || modifies_scores_v<HeadMask> || cols < BlockKV)
           mask_tile<KeyLanes>(s.s(), s.g(), head_mask, Acc(p.scale), TileSpan{q0, rows, k0, cols, partial, lo, hi});
-        const auto do_rows = OpsKV::stage_for_qk(s.do_stage(), do_rows_src, b, h, q0, rows, d);
-        OpsKV::qk(s.dp(), s.vt(), do_rows, rows, d);  // dP (rows, BlockKV) = dO·Vᵀ
+        const auto do_rows = OpsKV::stage_for_qk(s.do_stage(), do_rows_src, b, h, q0, rows, dv);
+        OpsKV::qk(s.dp(), s.vt(), do_rows, rows, dv);  // dP (rows, BlockKV) = dO·Vᵀ
 
         // S -> P (in s) and dP -> dS (in dp).
         probabilities_and_ds<KeyLanes, modifies_scores_v<HeadMask>>(s.s(), s.dp(), s.g(), rows,
                                                                     score_scale<HeadMask>(p), delta + q0, neg_lse + q0);
 
-        const auto do_as_v = OpsKV::stage_for_pv(s.do_pv_stage(), do_rows_src, b, h, q0, rows, d);
-        OpsKV::pv(s.dvt(), s.ones(), s.s(), do_as_v, rows, d);  // dVᵀ (d, BlockKV) += dOᵀ·P
-        const auto q_as_v = OpsKV::stage_for_pv(s.q_pv_stage(), q_rows_src, b, h, q0, rows, d);
+        const auto do_as_v = OpsKV::stage_for_pv(s.do_pv_stage(), do_rows_src, b, h, q0, rows, dv);
+        OpsKV::pv(s.dvt(), s.ones(), s.s(), do_as_v, rows, dv);  // dVᵀ (dv, BlockKV) += dOᵀ·P
+        const auto q_as_v = OpsKV::stage_for_pv(s.q_pv_stage(), q_rows_src, b, h, q0, rows, dk);
         const int next_rows = int(std::min<index_t>(BlockQ, seq_q - q1));
-        OpsKV::pv(s.dkt(), s.ones(), s.dp(), q_as_v, rows, d,
-                  prefetch_rows(q_rows_src, b, h, q1, next_rows, d));  // dKᵀ (d, BlockKV) += Qᵀ·dS
+        OpsKV::pv(s.dkt(), s.ones(), s.dp(), q_as_v, rows, dk,
+                  prefetch_rows(q_rows_src, b, h, q1, next_rows, dk));  // dKᵀ (dk, BlockKV) += Qᵀ·dS
       }
     }
-    store_transposed<BlockKV>(p.dk, b, h_kv, k0, cols, d, s.dkt(), Acc(p.scale));
-    store_transposed<BlockKV>(p.dv, b, h_kv, k0, cols, d, s.dvt(), Acc(1));
+    store_transposed<BlockKV>(p.dk, b, h_kv, k0, cols, dk, s.dkt(), Acc(p.scale));
+    store_transposed<BlockKV>(p.dv, b, h_kv, k0, cols, dv, s.dvt(), Acc(1));
+  }
+
+  // The head dims of a call: compile-time (HeadDim, when Q/K's and V's agree) or its own.
+  template <class Params>
+  static int head_dim(const Params& p) {
+    return HeadDim > 0 ? HeadDim : int(p.q.dim);
+  }
+  template <class Params>
+  static int value_dim(const Params& p) {
+    return HeadDim > 0 ? HeadDim : int(p.v.dim);
   }
 
  private:

@@ -65,7 +65,7 @@ void run_backward(int num_threads, const BackwardParams<T, Layout>& p, const Mas
   if (p.d_bias.data == nullptr) {
     const WorkGrid dq_grid{p.batch(), p.q.heads, WorkGrid::blocks_of(p.seqs.max_q_len(), Kernel::BlockQ), true};
     run_workers(dq_grid.size(), threads, [&](WorkQueue& queue) {
-      typename Kernel::DqScratch scratch(int(p.q.dim));
+      typename Kernel::DqScratch scratch(int(p.q.dim), int(p.v.dim));
       for (index_t i; queue.next(i);) {
         const WorkItem item = dq_grid[i];
         const SequenceInfo seq = sequence_info(p.seqs, item.batch, item.head);
@@ -83,7 +83,7 @@ void run_backward(int num_threads, const BackwardParams<T, Layout>& p, const Mas
     const index_t seq_q = p.seqs.max_q_len(), seq_k = p.seqs.max_kv_len();
     const WorkGrid grid{g.batch, g.heads, WorkGrid::blocks_of(seq_q, Kernel::BlockQ), true};
     run_workers(grid.size(), threads, [&](WorkQueue& queue) {
-      typename Kernel::DqScratch scratch(int(p.q.dim));
+      typename Kernel::DqScratch scratch(int(p.q.dim), int(p.v.dim));
       for (index_t i; queue.next(i);) {
         const WorkItem item = grid[i];
         const index_t q0 = item.block * Kernel::BlockQ;
@@ -106,7 +106,7 @@ void run_backward(int num_threads, const BackwardParams<T, Layout>& p, const Mas
   // Pass 2: key blocks in ascending order (under a causal mask the first ones see the most queries).
   const WorkGrid dkv_grid{p.batch(), p.k.heads, WorkGrid::blocks_of(p.seqs.max_kv_len(), Kernel::BlockKV), false};
   run_workers(dkv_grid.size(), threads, [&](WorkQueue& queue) {
-    typename Kernel::DkvScratch scratch(int(p.q.dim));
+    typename Kernel::DkvScratch scratch(int(p.q.dim), int(p.v.dim));
     for (index_t i; queue.next(i);) {
       const WorkItem item = dkv_grid[i];
       if (item.block * Kernel::BlockKV >= p.seqs.kv_len(item.batch)) continue;
