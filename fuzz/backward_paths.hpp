@@ -55,17 +55,18 @@ template <class Tiles, class T>
 void check_backward_paths_on(FuzzedDataProvider& fdp, const Problem& p, const fa::TensorView<const T>& q,
                              const fa::TensorView<const T>& k, const fa::TensorView<const T>& v) {
   if (p.mask != MaskKind::Options || p.batch == 0 || p.seq_q == 0) return;
-  const index_t B = p.batch, Sq = p.seq_q, Sk = p.seq_k, H = p.heads_q, Hkv = p.heads_kv, D = p.dim;
+  // D: the head dim of q and k; Dv: of v, o, d_o (and dv).
+  const index_t B = p.batch, Sq = p.seq_q, Sk = p.seq_k, H = p.heads_q, Hkv = p.heads_kv, D = p.dim, Dv = p.dim_v;
   const std::vector<T> qp = packed_copy(q), kp = packed_copy(k), vp = packed_copy(v);
-  std::vector<T> o(qp.size(), poison<T>()), d_o(qp.size());
+  std::vector<T> o(std::size_t(B * Sq * H * Dv), poison<T>()), d_o(o.size());
   Rng rng{fdp.ConsumeIntegral<std::uint64_t>()};
   for (T& x : d_o) x = from_double<T>(rng.symmetric());
   // One LSE buffer, (heads, batch · seq_q): the packed call's lse_packed and the dense call's (b, h, s).
   std::vector<float> lse_buf(std::size_t(H * B * Sq), poison<float>());
   const fa::LseView lse_dense{lse_buf.data(), B, H, Sq, Sq, B * Sq, 1};
   const index_t total_q = B * Sq, total_k = B * Sk;
-  const auto dense = [&](const std::vector<T>& x, index_t seq, index_t heads) {
-    return fa::bshd<const T>(x.data(), B, seq, heads, D);
+  const auto dense = [&](const std::vector<T>& x, index_t seq, index_t heads, index_t dim) {
+    return fa::bshd<const T>(x.data(), B, seq, heads, dim);
   };
   std::vector<std::int32_t> cu_q, cu_k;
   for (index_t b = 0; b <= B; ++b) {
@@ -92,14 +93,14 @@ void check_backward_paths_on(FuzzedDataProvider& fdp, const Problem& p, const fa
 
   using Ctx = fa::cpu::Context<Tiles>;
   const int other_threads = p.threads == 1 ? 2 : 1;
-  std::vector<T> dq1(qp.size(), poison<T>()), dk1(kp.size(), poison<T>()), dv1(kp.size(), poison<T>());
+  std::vector<T> dq1(qp.size(), poison<T>()), dk1(kp.size(), poison<T>()), dv1(vp.size(), poison<T>());
   std::vector<T> dq2 = dq1, dk2 = dk1, dv2 = dv1;
   try {
-    fa::attention_forward(Ctx{p.threads}, dense(qp, Sq, H), dense(kp, Sk, Hkv), dense(vp, Sk, Hkv),
-                          fa::bshd(o.data(), B, Sq, H, D), p.opts, lse_dense);
-    fa::attention_backward(Ctx{p.threads}, dense(qp, Sq, H), dense(kp, Sk, Hkv), dense(vp, Sk, Hkv),
-                           dense(o, Sq, H), dense(d_o, Sq, H), lse_dense, fa::bshd(dq1.data(), B, Sq, H, D),
-                           fa::bshd(dk1.data(), B, Sk, Hkv, D), fa::bshd(dv1.data(), B, Sk, Hkv, D), p.opts,
+    fa::attention_forward(Ctx{p.threads}, dense(qp, Sq, H, D), dense(kp, Sk, Hkv, D), dense(vp, Sk, Hkv, Dv),
+                          fa::bshd(o.data(), B, Sq, H, Dv), p.opts, lse_dense);
+    fa::attention_backward(Ctx{p.threads}, dense(qp, Sq, H, D), dense(kp, Sk, Hkv, D), dense(vp, Sk, Hkv, Dv),
+                           dense(o, Sq, H, Dv), dense(d_o, Sq, H, Dv), lse_dense, fa::bshd(dq1.data(), B, Sq, H, D),
+                           fa::bshd(dk1.data(), B, Sk, Hkv, D), fa::bshd(dv1.data(), B, Sk, Hkv, Dv), p.opts,
                            dense_extras);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "exception: %s\n", e.what());
@@ -122,11 +123,11 @@ void check_backward_paths_on(FuzzedDataProvider& fdp, const Problem& p, const fa
   try {
     fa::attention_backward_varlen(Ctx{other_threads}, fa::packed<const T>(qp.data(), total_q, H, D),
                                   fa::packed<const T>(kp.data(), total_k, Hkv, D),
-                                  fa::packed<const T>(vp.data(), total_k, Hkv, D),
-                                  fa::packed<const T>(o.data(), total_q, H, D),
-                                  fa::packed<const T>(d_o.data(), total_q, H, D),
+                                  fa::packed<const T>(vp.data(), total_k, Hkv, Dv),
+                                  fa::packed<const T>(o.data(), total_q, H, Dv),
+                                  fa::packed<const T>(d_o.data(), total_q, H, Dv),
                                   fa::lse_packed(lse_buf.data(), H, total_q), fa::packed(dq2.data(), total_q, H, D),
-                                  fa::packed(dk2.data(), total_k, Hkv, D), fa::packed(dv2.data(), total_k, Hkv, D),
+                                  fa::packed(dk2.data(), total_k, Hkv, D), fa::packed(dv2.data(), total_k, Hkv, Dv),
                                   fa::PackedBatch{bad_q.data(), bad_k.data(), B}, p.opts, packed_extras);
   } catch (const fa::InvalidArgument&) {
     threw = true;
@@ -152,11 +153,12 @@ void check_backward_paths_on(FuzzedDataProvider& fdp, const Problem& p, const fa
     const double scale = p.opts.scale ? *p.opts.scale : 1.0 / std::sqrt(double(D));
     if (!(scale <= 4.0)) return;
     const fa::BandMask mask = fa::BandMask::window(Sq, Sk, p.opts.window_left, p.opts.causal ? 0 : p.opts.window_right);
-    const auto exact = fa::testing::reference_backward<double>(dense(qp, Sq, H), dense(kp, Sk, Hkv),
-                                                               dense(vp, Sk, Hkv), dense(d_o, Sq, H), scale, mask,
-                                                               {}, ref_d_lse);
+    const auto exact = fa::testing::reference_backward<double>(dense(qp, Sq, H, D), dense(kp, Sk, Hkv, D),
+                                                               dense(vp, Sk, Hkv, Dv), dense(d_o, Sq, H, Dv), scale,
+                                                               mask, {}, ref_d_lse);
     const auto naive = fa::testing::reference_backward<fa::cpu::acc_t<T>, T>(
-        dense(qp, Sq, H), dense(kp, Sk, Hkv), dense(vp, Sk, Hkv), dense(d_o, Sq, H), scale, mask, {}, ref_d_lse);
+        dense(qp, Sq, H, D), dense(kp, Sk, Hkv, D), dense(vp, Sk, Hkv, Dv), dense(d_o, Sq, H, Dv), scale, mask, {},
+        ref_d_lse);
     FUZZ_CHECK(meets_tolerance(dq1, naive.dq, exact.dq), "dq misses the tolerance rule against fp64");
     FUZZ_CHECK(meets_tolerance(dk1, naive.dk, exact.dk), "dk misses the tolerance rule against fp64");
     FUZZ_CHECK(meets_tolerance(dv1, naive.dv, exact.dv), "dv misses the tolerance rule against fp64");

@@ -34,21 +34,21 @@ PagedCopy<T> paged_copy(const fa::TensorView<const T>& k, const fa::TensorView<c
   const index_t batch = k.batch, seq_k = k.seq, per_seq = (seq_k + page - 1) / page + 1;  // one spare per request
   const index_t pages = batch * per_seq;
   c.k.assign(std::size_t(pages * page * k.heads * k.dim), T(0));
-  c.v.assign(c.k.size(), T(0));
+  c.v.assign(std::size_t(pages * page * v.heads * v.dim), T(0));
   c.table.resize(std::size_t(pages));
   for (index_t i = 0; i < pages; ++i) c.table[std::size_t(i)] = std::int32_t(i);
   for (index_t i = pages - 1; i > 0; --i) std::swap(c.table[std::size_t(i)], c.table[std::size_t(rng.below(i + 1))]);
   for (index_t b = 0; b < batch; ++b) c.table[std::size_t(b * per_seq + per_seq - 1)] = -1;  // never read
   c.lengths.assign(std::size_t(batch), std::int32_t(seq_k));
-  const auto w = fa::paged_kv_cache_nhd(c.k.data(), c.v.data(), pages, page, k.heads, k.dim, c.table.data(), batch,
-                                    per_seq, c.lengths.data());
+  auto w = fa::paged_kv_cache_nhd(c.k.data(), c.v.data(), pages, page, k.heads, k.dim, c.table.data(), batch,
+                                   per_seq, c.lengths.data());
+  w.v_pages = fa::bshd(c.v.data(), pages, page, v.heads, v.dim);  // V's head dim may differ from K's
   for (index_t b = 0; b < batch; ++b)
     for (index_t s = 0; s < seq_k; ++s)
-      for (index_t h = 0; h < k.heads; ++h)
-        for (index_t d = 0; d < k.dim; ++d) {
-          w.k_pages(w.page_of(b, s), s % page, h, d) = k(b, s, h, d);
-          w.v_pages(w.page_of(b, s), s % page, h, d) = v(b, s, h, d);
-        }
+      for (index_t h = 0; h < k.heads; ++h) {
+        for (index_t d = 0; d < k.dim; ++d) w.k_pages(w.page_of(b, s), s % page, h, d) = k(b, s, h, d);
+        for (index_t d = 0; d < v.dim; ++d) w.v_pages(w.page_of(b, s), s % page, h, d) = v(b, s, h, d);
+      }
   c.view = w;
   return c;
 }
@@ -71,7 +71,7 @@ template <class Tiles, class T, class Bufs>
 void check_varlen_path(const Problem& p, const fa::TensorView<const T>& q, const fa::TensorView<const T>& k,
                        const fa::TensorView<const T>& v, Bufs& bufs) {
   const std::vector<T> qp = packed_copy(q), kp = packed_copy(k), vp = packed_copy(v);
-  std::vector<T> op(qp.size(), poison<T>());
+  std::vector<T> op(std::size_t(p.batch * p.seq_q * p.heads_q * p.dim_v), poison<T>());
   std::vector<float> lp(std::size_t(p.batch * p.heads_q * p.seq_q), poison<float>());
   std::vector<std::int32_t> cu_q, cu_k;
   for (index_t b = 0; b <= p.batch; ++b) {
@@ -82,8 +82,8 @@ void check_varlen_path(const Problem& p, const fa::TensorView<const T>& q, const
   try {
     fa::attention_forward_varlen(fa::cpu::Context<Tiles>{p.threads}, fa::packed<const T>(qp.data(), total_q, p.heads_q, p.dim),
                                  fa::packed<const T>(kp.data(), total_k, p.heads_kv, p.dim),
-                                 fa::packed<const T>(vp.data(), total_k, p.heads_kv, p.dim),
-                                 fa::packed(op.data(), total_q, p.heads_q, p.dim),
+                                 fa::packed<const T>(vp.data(), total_k, p.heads_kv, p.dim_v),
+                                 fa::packed(op.data(), total_q, p.heads_q, p.dim_v),
                                  fa::PackedBatch{cu_q.data(), cu_k.data(), p.batch}, p.opts,
                                  p.want_lse ? fa::lse_packed(lp.data(), p.heads_q, total_q) : fa::LseView{});
   } catch (const std::exception& e) {
@@ -96,7 +96,7 @@ void check_varlen_path(const Problem& p, const fa::TensorView<const T>& q, const
   for (index_t b = 0; b < p.batch; ++b)
     for (index_t s = 0; s < p.seq_q; ++s)
       for (index_t h = 0; h < p.heads_q; ++h)
-        for (index_t d = 0; d < p.dim; ++d, ++i)
+        for (index_t d = 0; d < p.dim_v; ++d, ++i)
           FUZZ_CHECK(same_bits(op[i], o(b, s, h, d)), "a packed varlen batch gave other bits than the dense call");
   if (p.want_lse)
     for (index_t b = 0; b < p.batch; ++b)
@@ -122,20 +122,20 @@ void check_mixed_path(const Problem& p, const fa::TensorView<const T>& q, const 
       kw[i] = float(kh[i]);
       vw[i] = float(vh[i]);
     }
-    const index_t B = p.batch, Sq = p.seq_q, Sk = p.seq_k, D = p.dim;
-    std::vector<float> o1(qp.size(), poison<float>()), o2 = o1;
+    const index_t B = p.batch, Sq = p.seq_q, Sk = p.seq_k, D = p.dim, Dv = p.dim_v;
+    std::vector<float> o1(std::size_t(B * Sq * p.heads_q * Dv), poison<float>()), o2 = o1;
     std::vector<float> l1(std::size_t(B * p.heads_q * Sq), poison<float>()), l2 = l1;
     const fa::cpu::Context<Tiles> ctx{p.threads};
     try {
       fa::attention_forward(ctx, fa::bshd<const float>(qp.data(), B, Sq, p.heads_q, D),
                             fa::bshd<const Half>(kh.data(), B, Sk, p.heads_kv, D),
-                            fa::bshd<const Half>(vh.data(), B, Sk, p.heads_kv, D),
-                            fa::bshd(o1.data(), B, Sq, p.heads_q, D), p.opts,
+                            fa::bshd<const Half>(vh.data(), B, Sk, p.heads_kv, Dv),
+                            fa::bshd(o1.data(), B, Sq, p.heads_q, Dv), p.opts,
                             fa::lse_bhs(l1.data(), B, p.heads_q, Sq));
       fa::attention_forward(ctx, fa::bshd<const float>(qp.data(), B, Sq, p.heads_q, D),
                             fa::bshd<const float>(kw.data(), B, Sk, p.heads_kv, D),
-                            fa::bshd<const float>(vw.data(), B, Sk, p.heads_kv, D),
-                            fa::bshd(o2.data(), B, Sq, p.heads_q, D), p.opts,
+                            fa::bshd<const float>(vw.data(), B, Sk, p.heads_kv, Dv),
+                            fa::bshd(o2.data(), B, Sq, p.heads_q, Dv), p.opts,
                             fa::lse_bhs(l2.data(), B, p.heads_q, Sq));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "exception: %s\n", e.what());

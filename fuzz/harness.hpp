@@ -208,6 +208,7 @@ enum class MaskKind {
 
 struct Problem {
   index_t batch = 1, seq_q = 1, seq_k = 1, heads_q = 1, heads_kv = 1, dim = 1;
+  index_t dim_v = 1;  // the head dim of v and o: dim, or one of its own (MLA-style heads)
   fa::AttentionOptions opts;
   int threads = 0;  // the backend context's num_threads (cpu::Context)
   MaskKind mask = MaskKind::Options;
@@ -583,7 +584,7 @@ void check_results(const fa::TensorView<const T>& q,
   // unnormalised Σ p·v <= seq_k·max|v| (p <= 1).
   const double acc_max = double(std::numeric_limits<Acc>::max()) / 8;
   double max_dot = 0;
-  std::vector<std::uint8_t> v_col_bad(std::size_t(k.batch * k.heads * std::max<index_t>(k.dim, 1)), 0);
+  std::vector<std::uint8_t> v_col_bad(std::size_t(v.batch * v.heads * std::max<index_t>(v.dim, 1)), 0);
   for (index_t b = 0; b < q.batch; ++b)
     for (index_t h = 0; h < q.heads; ++h) {
       const index_t hk = h / (q.heads / k.heads);
@@ -617,7 +618,7 @@ void check_results(const fa::TensorView<const T>& q,
         bool any = false;
         for (index_t j = 0; j < k.seq && !any; ++j) any = m.keep(i, j);
         if (any) continue;
-        for (index_t c = 0; c < q.dim; ++c)
+        for (index_t c = 0; c < o.dim; ++c)
           FUZZ_CHECK(to_double(o(b, i, h, c)) == 0.0, "a row that keeps no key is not exactly 0");
         if (lse.empty()) continue;
         if constexpr (fa::has_sink_v<decltype(m)>) {
@@ -662,13 +663,13 @@ void check_results(const fa::TensorView<const T>& q,
     for (index_t i = 0; i < q.seq; ++i)
       for (index_t h = 0; h < q.heads; ++h) {
         const index_t hk = h / group;
-        for (index_t c = 0; c < q.dim; ++c) {
-          const std::size_t at = std::size_t(((b * q.seq + i) * q.heads + h) * q.dim + c);
+        for (index_t c = 0; c < o.dim; ++c) {
+          const std::size_t at = std::size_t(((b * q.seq + i) * q.heads + h) * o.dim + c);
           const double r = ref.o[at], n = naive.o[at], x = to_double(o(b, i, h, c));
           if (verbose() && (std::isnan(r) != std::isnan(x) || std::isfinite(r) != std::isfinite(x)))
             std::fprintf(stderr, "o(b=%lld, i=%lld, h=%lld, c=%lld) = %g, reference %g, naive %g\n", (long long)b,
                          (long long)i, (long long)h, (long long)c, x, r, n);
-          const bool contaminated = v_col_bad[std::size_t((b * k.heads + hk) * q.dim + c)] != 0;
+          const bool contaminated = v_col_bad[std::size_t((b * v.heads + hk) * v.dim + c)] != 0;
           if (std::isnan(r)) {
             // A NaN that the same-precision naive run does not have, in a column with a non-finite V entry,
             // is a weight that is exactly 0 in the exact computation times that entry: at scores so large
@@ -876,12 +877,16 @@ void run(FuzzedDataProvider& fdp) {
   }
   p.threads = fdp.ConsumeIntegralInRange(0, 2);
   p.want_lse = fdp.ConsumeBool();
+  // V's head dim: q/k's, or one time in four its own (drawn last, so that earlier corpus inputs keep theirs).
+  p.dim_v = fdp.ConsumeIntegralInRange(0, 3) == 3 ? index_t(fdp.ConsumeIntegralInRange(1, 40)) : p.dim;
 
   // Layouts and buffers. Everything outside the views holds the poison pattern.
   Buffers<T> bufs;
   const index_t q_ext[4] = {p.batch, p.seq_q, p.heads_q, p.dim};
   const index_t kv_ext[4] = {p.batch, p.seq_k, p.heads_kv, p.dim};
-  const bool fused = p.seq_q == p.seq_k && fdp.ConsumeIntegralInRange(0, 3) == 0;
+  const index_t v_ext[4] = {p.batch, p.seq_k, p.heads_kv, p.dim_v};
+  const index_t o_ext[4] = {p.batch, p.seq_q, p.heads_q, p.dim_v};
+  const bool fused = p.seq_q == p.seq_k && p.dim_v == p.dim && fdp.ConsumeIntegralInRange(0, 3) == 0;
   if (fused) {
     // One (batch, seq, heads_q + 2·heads_kv, dim) buffer, q, k and v slices of it (a fused QKV projection).
     const index_t heads = p.heads_q + 2 * p.heads_kv;
@@ -913,9 +918,9 @@ void run(FuzzedDataProvider& fdp) {
     };
     place(bufs.tq, bufs.q, q_ext);
     place(bufs.tk, bufs.k, kv_ext);
-    place(bufs.tv, bufs.v, kv_ext);
+    place(bufs.tv, bufs.v, v_ext);
   }
-  bufs.to.layout = make_layout(fdp, q_ext, fdp.ConsumeIntegralInRange(0, 2));
+  bufs.to.layout = make_layout(fdp, o_ext, fdp.ConsumeIntegralInRange(0, 2));
   bufs.o.assign(std::size_t(span_of(bufs.to.layout)), poison<T>());
   bufs.to.buffer = &bufs.o;
   bufs.to2 = bufs.to;
@@ -931,12 +936,12 @@ void run(FuzzedDataProvider& fdp) {
 
   if (verbose()) {
     std::fprintf(stderr,
-                 "problem: %s tiles<%d,%d,%s> batch=%lld seq_q=%lld seq_k=%lld heads_q=%lld heads_kv=%lld dim=%lld "
+                 "problem: %s tiles<%d,%d,%s> batch=%lld seq_q=%lld seq_k=%lld heads_q=%lld heads_kv=%lld dim=%lld/%lld "
                  "mask=%d band=%d(%lld,%lld) softcap=%g alibi=%g causal=%d window=(%lld,%lld) scale=%g threads=%d "
                  "lse=%d fused=%d invalid=%d\n",
                  type_name<T>(), tile_q<T, Tiles>(), tile_kv<T, Tiles>(), tile_isa<T, Tiles>(), (long long)p.batch,
                  (long long)p.seq_q, (long long)p.seq_k, (long long)p.heads_q, (long long)p.heads_kv,
-                 (long long)p.dim, int(p.mask), int(p.band), (long long)p.band_left, (long long)p.band_right,
+                 (long long)p.dim, (long long)p.dim_v, int(p.mask), int(p.band), (long long)p.band_left, (long long)p.band_right,
                  p.softcap, p.alibi_base, int(p.opts.causal), (long long)p.opts.window_left,
                  (long long)p.opts.window_right, p.opts.scale ? *p.opts.scale : -1.0, p.threads,
                  int(p.want_lse), int(fused), int(invalid));

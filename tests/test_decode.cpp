@@ -29,10 +29,13 @@ struct DecodeCase {
   bool causal = false;
   index_t window_left = -1;
   Layout layout = Layout::Bshd;
+  index_t dim_v = 0;  // V's and O's head dim, when it differs from dim (MLA)
 
+  index_t value_dim() const { return dim_v > 0 ? dim_v : dim; }
   std::string name() const {
     return "B" + std::to_string(batch) + " Sq" + std::to_string(seq_q) + " Sk" + std::to_string(seq_k) + " H" +
            std::to_string(heads) + ":" + std::to_string(heads_kv) + " d" + std::to_string(dim) +
+           (dim_v > 0 ? "/" + std::to_string(dim_v) : "") +
            (causal ? " causal" : "") + (window_left >= 0 ? " wl" + std::to_string(window_left) : "") +
            (layout == Layout::Bhsd ? " bhsd" : " bshd");
   }
@@ -51,8 +54,8 @@ struct Problem {
   explicit Problem(const DecodeCase& c, std::uint32_t seed = 7)
       : q(c.layout, c.batch, c.seq_q, c.heads, c.dim),
         k(c.layout, c.batch, c.seq_k, c.heads_kv, c.dim),
-        v(c.layout, c.batch, c.seq_k, c.heads_kv, c.dim),
-        o(c.layout, c.batch, c.seq_q, c.heads, c.dim),
+        v(c.layout, c.batch, c.seq_k, c.heads_kv, c.value_dim()),
+        o(c.layout, c.batch, c.seq_q, c.heads, c.value_dim()),
         lse(c.batch, c.heads, c.seq_q) {
     fill_normal(q.view(), seed);
     fill_normal(k.view(), seed + 1);
@@ -73,6 +76,10 @@ std::vector<DecodeCase> cases() {
   out.push_back({1, 2, 3000, 4, 1, 64, true, -1, Layout::Bhsd});  // split, causal
   out.push_back({1, 5, 2000, 4, 2, 128, false, 300});            // split, sliding window
   out.push_back({3, 1, 0, 4, 2, 64});                            // no keys at all
+  // V's head dim apart from Q/K's: MLA's 192/128, a wider V off whole packets, absorbed MLA split.
+  out.push_back({2, 4, 300, 8, 2, 192, true, -1, Layout::Bshd, 128});
+  out.push_back({1, 16, 130, 4, 1, 40, false, -1, Layout::Bhsd, 72});
+  out.push_back({1, 1, 3000, 16, 1, 576, false, -1, Layout::Bshd, 512});
   return out;
 }
 

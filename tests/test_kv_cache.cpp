@@ -398,7 +398,7 @@ TEST(KvCacheBadInputs, Append) {
                                  [&](BadCacheCall& c) {
                                    kv_cache_append(c.paged(), one_row.cview(), one_row.cview());
                                  }));
-  EXPECT_TRUE(cache_call_rejects([](BadCacheCall&) {}, "k_new and v_new must both be (batch=2, n, heads=2, dim=8)",
+  EXPECT_TRUE(cache_call_rejects([](BadCacheCall&) {}, "k_new and v_new must be (batch=2, n, heads=2, dim=8) and (..., dim=8)",
                                  [&](BadCacheCall& c) {
                                    kv_cache_append(c.paged(), wrong_heads.cview(), wrong_heads.cview());
                                  }));
