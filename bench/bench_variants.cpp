@@ -10,8 +10,8 @@
 //   x_kept                x_base / kept: within 1.2 of it is the block-sparse target
 //   (bias rows: the base is the plain call with the bias's mask)
 //   (block-sparse and structured-mask rows: chunked, streaming, prefix-LM; their base is plain non-causal)
-//   gflops_d, gflops_128, x_rate   (head_dim rows) the plain forward's (or backward's) rate at d and at d = 128,
-//                                  and their ratio
+//   gflops_d, gflops_128, x_rate   (head_dim rows) the plain forward's (or backward's) rate at d (or dk/dv) and
+//                                  at d = 128, and their ratio
 // Soft-capping runs at cap 30 (the scores, about N(0, 1), stay in tanh's fast range) and at cap 0.5 (most
 // packets leave it: the slower path everywhere).
 // The base is the plain call with the variant's mask: non-causal for soft-capping and the document masks
@@ -24,6 +24,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #if defined(__SSE__)
@@ -42,22 +43,27 @@ using flashattn::bench::alternated_medians;
 
 constexpr index_t kN = 2048, kH = 8, kD = 128;
 
+// d: the head dim of q and k; dv: of v, o and their gradients (d unless given: MLA-style heads).
 struct Problem {
-  index_t d;
+  index_t d, dv_dim;
   std::vector<float> q, k, v, o, d_o, dq, dk, dv, lse;
-  explicit Problem(index_t dim = kD) : d(dim) {
-    const std::size_t size = std::size_t(kN * kH * d);
-    for (auto* x : {&q, &k, &v, &o, &d_o, &dq, &dk, &dv}) x->resize(size);
+  explicit Problem(index_t dim = kD, index_t v_dim = 0) : d(dim), dv_dim(v_dim > 0 ? v_dim : dim) {
+    for (auto* x : {&q, &k, &dq, &dk}) x->resize(std::size_t(kN * kH * d));
+    for (auto* x : {&v, &o, &d_o, &dv}) x->resize(std::size_t(kN * kH * dv_dim));
     lse.resize(std::size_t(kH * kN));
     std::mt19937 gen(42);
     std::normal_distribution<float> dist(0.0f, 1.0f);
     for (auto* x : {&q, &k, &v, &d_o})
       for (auto& e : *x) e = dist(gen);
   }
+  // A tensor's view, with its own head dim (q, k, dq, dk: d; the others dv).
   flashattn::TensorView<const float> in(const std::vector<float>& x) const {
-    return flashattn::bshd(x.data(), 1, kN, kH, d);
+    return flashattn::bshd(x.data(), 1, kN, kH, dim_of(x));
   }
-  flashattn::TensorView<float> out(std::vector<float>& x) { return flashattn::bshd(x.data(), 1, kN, kH, d); }
+  flashattn::TensorView<float> out(std::vector<float>& x) { return flashattn::bshd(x.data(), 1, kN, kH, dim_of(x)); }
+  index_t dim_of(const std::vector<float>& x) const {
+    return &x == &q || &x == &k || &x == &dq || &x == &dk ? d : dv_dim;
+  }
   flashattn::LseView lse_view() { return flashattn::lse_bhs(lse.data(), 1, kH, kN); }
 };
 
@@ -138,26 +144,29 @@ void bm_backward(benchmark::State& state, const Policy& policy, bool base_causal
   report(state, t_variant, t_base, kept);
 }
 
-// Head dims that are not the specialised 64 / 128: the rate (FLOP per second) at d against the rate at
-// d = 128 in the same run, plain non-causal forward (x_rate: the target is >= 0.90).
-void bm_head_dim(benchmark::State& state, index_t d) {
+// Head dims that are not the specialised 64 / 128 (and V's head dim dv apart from d, MLA's 192/128): the
+// rate (FLOP per second) against the rate at d = 128 in the same run, plain non-causal forward (x_rate: the
+// issue's target is >= 0.90). A forward is 2·N²·H·(d + dv) FLOP: Q·Kᵀ of depth d, P·V of width dv.
+void bm_head_dim(benchmark::State& state, index_t d, index_t dv = 0) {
   const int threads = int(state.range(0));
-  Problem pd(d), p128(128);
+  Problem pd(d, dv), p128(128);
   const flashattn::cpu::Context<> ctx{threads};
   const auto [t_d, t_128] = alternated_medians(
       state, flashattn::bench::RateClock(threads),
       [&] { flashattn::attention_forward(ctx, pd.in(pd.q), pd.in(pd.k), pd.in(pd.v), pd.out(pd.o)); },
       [&] { flashattn::attention_forward(ctx, p128.in(p128.q), p128.in(p128.k), p128.in(p128.v), p128.out(p128.o)); });
-  const double flops_per_d = 4.0 * double(kN) * double(kN) * double(kH);
-  state.counters["gflops_d"] = flops_per_d * double(d) / t_d * 1e-9;
-  state.counters["gflops_128"] = flops_per_d * 128.0 / t_128 * 1e-9;
-  state.counters["x_rate"] = (double(d) / t_d) / (128.0 / t_128);
+  const double gemm = 2.0 * double(kN) * double(kN) * double(kH);  // FLOP per unit of depth or width
+  const double flops_d = gemm * double(d + pd.dv_dim), flops_128 = gemm * 256.0;
+  state.counters["gflops_d"] = flops_d / t_d * 1e-9;
+  state.counters["gflops_128"] = flops_128 / t_128 * 1e-9;
+  state.counters["x_rate"] = (flops_d / t_d) / (flops_128 / t_128);
 }
 
-// The same for the backward (each problem's forward first, outside the timing, for its O and LSE).
-void bm_backward_head_dim(benchmark::State& state, index_t d) {
+// The same for the backward (each problem's forward first, outside the timing, for its O and LSE): 5 GEMMs,
+// S = Q·Kᵀ, dQ = dS·K and dK = dSᵀ·Q of depth or width d, dP = dO·Vᵀ and dV = Pᵀ·dO of dv.
+void bm_backward_head_dim(benchmark::State& state, index_t d, index_t dv = 0) {
   const int threads = int(state.range(0));
-  Problem pd(d), p128(128);
+  Problem pd(d, dv), p128(128);
   const flashattn::cpu::Context<> ctx{threads};
   for (Problem* p : {&pd, &p128})
     flashattn::attention_forward(ctx, p->in(p->q), p->in(p->k), p->in(p->v), p->out(p->o), {}, p->lse_view());
@@ -167,10 +176,11 @@ void bm_backward_head_dim(benchmark::State& state, index_t d) {
   };
   const auto [t_d, t_128] = alternated_medians(
       state, flashattn::bench::RateClock(threads), [&] { backward(pd); }, [&] { backward(p128); });
-  const double flops_per_d = 10.0 * double(kN) * double(kN) * double(kH);  // 5 GEMMs of N x N x d
-  state.counters["gflops_d"] = flops_per_d * double(d) / t_d * 1e-9;
-  state.counters["gflops_128"] = flops_per_d * 128.0 / t_128 * 1e-9;
-  state.counters["x_rate"] = (double(d) / t_d) / (128.0 / t_128);
+  const double gemm = 2.0 * double(kN) * double(kN) * double(kH);
+  const double flops_d = gemm * double(3 * d + 2 * pd.dv_dim), flops_128 = gemm * 5.0 * 128.0;
+  state.counters["gflops_d"] = flops_d / t_d * 1e-9;
+  state.counters["gflops_128"] = flops_128 / t_128 * 1e-9;
+  state.counters["x_rate"] = (flops_d / t_d) / (flops_128 / t_128);
 }
 
 template <class F>
@@ -282,6 +292,12 @@ int main(int argc, char** argv) {
     add("forward/head_dim/d:" + std::to_string(d), 3, [=](benchmark::State& s) { bm_head_dim(s, d); });
   for (index_t d : {72, 80, 96, 112, 192, 256})
     add("backward/head_dim/d:" + std::to_string(d), 3, [=](benchmark::State& s) { bm_backward_head_dim(s, d); });
+  // V's head dim apart from Q/K's: MLA (192/128) and absorbed MLA (576/512).
+  for (auto [d, dv] : {std::pair<index_t, index_t>{192, 128}, {576, 512}}) {
+    const std::string dims = "dk:" + std::to_string(d) + "_dv:" + std::to_string(dv);
+    add("forward/head_dim/" + dims, 3, [=](benchmark::State& s) { bm_head_dim(s, d, dv); });
+    add("backward/head_dim/" + dims, 3, [=](benchmark::State& s) { bm_backward_head_dim(s, d, dv); });
+  }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
 }
