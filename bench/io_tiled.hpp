@@ -26,7 +26,7 @@ namespace detail {
 template <class T, class TileConfig, int HeadDim, class Mask, class Accounting>
 void run_programs(const ForwardParams<T>& p, const Mask& mask, Accounting& acct) {
   using Kernel = cpu::ForwardKernel<T, TileConfig, HeadDim>;
-  typename Kernel::Scratch scratch(int(p.head_dim()));
+  typename Kernel::Scratch scratch(int(p.head_dim()), int(p.value_dim()));
   for (index_t b = 0; b < p.batch(); ++b)
     for (index_t h = 0; h < p.heads(); ++h) {
       const SequenceInfo seq = sequence_info(p.seqs, b, h);

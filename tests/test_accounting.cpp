@@ -252,7 +252,7 @@ TEST(TiledScratch, IsOneWorkerScratchIndependentOfSequenceLength) {
   const std::int64_t base = flashattn::cpu::scratch_stats().current_bytes;
   std::int64_t one_scratch = 0;
   {
-    Kernel::Scratch s(64);
+    Kernel::Scratch s(64, 64);
     one_scratch = flashattn::cpu::scratch_stats().current_bytes - base;
   }
   // At least the Q block and its O accumulator (Algorithm 1's held block), in fp32.
