@@ -116,10 +116,12 @@ void check_mixed_path(const Problem& p, const fa::TensorView<const T>& q, const 
     const std::vector<float> qp = packed_copy(q), k32 = packed_copy(k), v32 = packed_copy(v);
     std::vector<Half> kh(k32.size()), vh(v32.size());
     std::vector<float> kw(k32.size()), vw(v32.size());
-    for (std::size_t i = 0; i < k32.size(); ++i) {
+    for (std::size_t i = 0; i < k32.size(); ++i) {  // K and V apart: their head dims may differ
       kh[i] = Half(k32[i]);
-      vh[i] = Half(v32[i]);
       kw[i] = float(kh[i]);
+    }
+    for (std::size_t i = 0; i < v32.size(); ++i) {
+      vh[i] = Half(v32[i]);
       vw[i] = float(vh[i]);
     }
     const index_t B = p.batch, Sq = p.seq_q, Sk = p.seq_k, D = p.dim, Dv = p.dim_v;
