@@ -274,6 +274,24 @@ struct Softcap {
   }
 };
 
+// Its derivative, for the fp64 reference backward (fuzz/backward_paths.hpp): 1 − tanh²(s / cap).
+struct SoftcapGrad {
+  double cap;
+  template <class S>
+  S operator()(index_t /*i*/, index_t /*j*/, S s) const {
+    const S t = std::tanh(s / S(cap));
+    return S(1) - t * t;
+  }
+};
+
+// The derivative of a score function that adds a term independent of the score (ALiBi, a bias).
+struct UnitGrad {
+  template <class S>
+  S operator()(index_t /*i*/, index_t /*j*/, S /*s*/) const {
+    return S(1);
+  }
+};
+
 struct AlibiFn {
   double slope;
   index_t seq_q, seq_k;
@@ -306,8 +324,8 @@ struct AlibiSlopesPolicy {
   Base base;
   const std::vector<float>* slopes;
   index_t seq_q, seq_k;
-  fa::ScoreMod<AlibiFn, Base> for_head(index_t /*b*/, index_t h) const {
-    return fa::score_mod(base, AlibiFn{double((*slopes)[std::size_t(h)]), seq_q, seq_k});
+  fa::ScoreModWithGrad<AlibiFn, UnitGrad, Base> for_head(index_t /*b*/, index_t h) const {
+    return fa::score_mod(base, AlibiFn{double((*slopes)[std::size_t(h)]), seq_q, seq_k}, UnitGrad{});
   }
 };
 
@@ -326,10 +344,10 @@ struct RefBiasPolicy {
   static constexpr bool modifies_scores = true;
   Base base;
   const Problem* p;
-  fa::ScoreMod<BiasFn, Base> for_head(index_t b, index_t h) const {
+  fa::ScoreModWithGrad<BiasFn, UnitGrad, Base> for_head(index_t b, index_t h) const {
     const index_t pb = p->bias_batch == 1 ? 0 : b, ph = p->bias_heads == 1 ? 0 : h;
     const float* plane = p->bias.data() + (pb * p->bias_heads + ph) * p->seq_q * p->seq_k;
-    return fa::score_mod(base, BiasFn{plane, p->seq_q, p->seq_k});
+    return fa::score_mod(base, BiasFn{plane, p->seq_q, p->seq_k}, UnitGrad{});
   }
 };
 
@@ -379,8 +397,9 @@ void with_masks(const Problem& p, F&& f) {
     }
     case MaskKind::SoftcapBuiltin: {
       const Softcap cap{p.softcap, p.seq_q, p.seq_k};
-      if (p.band) return f(fa::soft_cap(p.softcap, lib_band), fa::score_mod(ref_keep(mod_band), cap));
-      return f(fa::soft_cap(p.softcap, fa::NoMask{p.seq_k}), fa::score_mod(fa::NoMask{p.seq_k}, cap));
+      const SoftcapGrad grad{p.softcap};
+      if (p.band) return f(fa::soft_cap(p.softcap, lib_band), fa::score_mod(ref_keep(mod_band), cap, grad));
+      return f(fa::soft_cap(p.softcap, fa::NoMask{p.seq_k}), fa::score_mod(fa::NoMask{p.seq_k}, cap, grad));
     }
     case MaskKind::AlibiBuiltin: {
       if (p.band) {

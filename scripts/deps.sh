@@ -6,9 +6,9 @@
 
 # What building and testing flashattn needs on Debian 12: compilers, CMake + Ninja, Eigen, GoogleTest,
 # Google Benchmark and OpenBLAS (the benchmarks are configured with the tests), valgrind (cachegrind
-# measurements), matplotlib (plots).
+# measurements), matplotlib (plots), pkgconf (the pkg-config packaging test).
 FLASHATTN_TEST_PACKAGES=(cmake ninja-build g++ clang libeigen3-dev libgtest-dev libbenchmark-dev libopenblas-dev
-                         valgrind python3-matplotlib)
+                         valgrind python3-matplotlib pkgconf)
 
 # True when the Debian package is installed (not merely known to dpkg, or removed with its config kept).
 flashattn_has_package() {

@@ -73,6 +73,8 @@ TEST(EmulatedAmx, AutoTilesPickAmxTallerTilesForLongKeys) {
   expect_auto_tiles_are<cpu::AmxTallerTiles<Eigen::bfloat16>>(c, 17);
 }
 #else
+// forward_cases.hpp's suite has no instantiation in this build; gtest would report that as a failure.
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ForwardTest);
 TEST(EmulatedAmx, NeedsAvx512Bf16) {
   GTEST_SKIP() << "the AMX kernels build on AVX512-BF16, which this build does not target";
 }

@@ -23,6 +23,7 @@
 
 #include "flashattn/backward.hpp"
 #include "flashattn/core/masks.hpp"
+#include "flashattn/core/score_variants.hpp"
 #include "flashattn/core/sequence.hpp"
 #include "flashattn/core/variants.hpp"
 #include "flashattn/cpu/context.hpp"
@@ -564,6 +565,54 @@ TEST(Sinks, BackwardGradientsMatchTheReference) {
         expect_sink_gradients<double>(70, 90, 32, causal, sink, threads, 1e-9);
         expect_sink_gradients<double>(1, 200, 40, causal, sink, threads, 1e-9);
       }
+}
+
+
+// ---- A policy declared inside a function ---------------------------------------------------------------------
+
+// C++ allows a local class neither member templates nor static data members; a policy can still be one
+// (docs/usage.md §5): its flag an enumerator, its score and derivative plain functions of double. It must
+// give what the built-in alibi gives, forward and backward.
+TEST(LocalClassPolicy, MatchesBuiltinAlibi) {
+  const index_t sq = 45, sk = 70, d = 24;
+  struct LocalAlibi : BandMask {
+    enum : bool { modifies_scores = true };
+    float slope = 0;
+    double score(index_t i, index_t j, double s) const { return s - double(slope) * double(i + offset - j); }
+    double score_grad(index_t, index_t, double) const { return 1.0; }
+  };
+  const LocalAlibi local{{BandMask::causal(sq, sk)}, 0.375f};
+  const std::vector<float> slopes = {0.375f};  // alibi keeps a pointer: the slopes outlive the calls
+  const auto builtin = alibi(slopes, causal_mask());
+
+  std::vector<float> q(std::size_t(sq * d)), k(std::size_t(sk * d)), v(k.size()), d_o(q.size());
+  std::uint32_t state = 7;
+  for (auto* x : {&q, &k, &v, &d_o})
+    for (float& e : *x) e = float((state = state * 1664525u + 1013904223u) >> 8) / float(1 << 24) * 2.0f - 1.0f;
+  struct Out {
+    std::vector<float> o, lse, dq, dk, dv;
+  };
+  const auto run = [&](const auto& policy) {
+    Out r{std::vector<float>(q.size()), std::vector<float>(std::size_t(sq)), std::vector<float>(q.size()),
+          std::vector<float>(k.size()), std::vector<float>(k.size())};
+    const auto in = [](const std::vector<float>& x, index_t s) { return bshd<const float>(x.data(), 1, s, 1, 24); };
+    attention_forward_masked<float>(in(q, sq), in(k, sk), in(v, sk), bshd(r.o.data(), 1, sq, 1, d), policy, {},
+                                    lse_bhs(r.lse.data(), 1, 1, sq));
+    attention_backward_masked<float>(in(q, sq), in(k, sk), in(v, sk), in(r.o, sq), in(d_o, sq),
+                                     lse_bhs(r.lse.data(), 1, 1, sq), bshd(r.dq.data(), 1, sq, 1, d),
+                                     bshd(r.dk.data(), 1, sk, 1, d), bshd(r.dv.data(), 1, sk, 1, d), policy);
+    return r;
+  };
+  const Out a = run(local), b = run(builtin);
+  const auto close = [](const std::vector<float>& x, const std::vector<float>& y, const char* what) {
+    for (std::size_t i = 0; i < x.size(); ++i)
+      ASSERT_NEAR(x[i], y[i], 2e-5 * std::max(1.0f, std::abs(y[i]))) << what << "[" << i << "]";
+  };
+  close(a.o, b.o, "o");
+  close(a.lse, b.lse, "lse");
+  close(a.dq, b.dq, "dq");
+  close(a.dk, b.dk, "dk");
+  close(a.dv, b.dv, "dv");
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include "flashattn/core/masks.hpp"
 #include "flashattn/core/options.hpp"
 #include "flashattn/core/score_variants.hpp"
+#include "flashattn/core/static_checks.hpp"
 #include "flashattn/core/variants.hpp"
 #include "flashattn/core/views.hpp"
 #include "flashattn/cpu/backward_dispatch.hpp"
@@ -42,10 +43,12 @@ void attention_backward(const Context& ctx, detail::nondeduced<TensorView<const 
                         LseView lse, TensorView<T> dq, detail::nondeduced<TensorView<T>> dk,
                         detail::nondeduced<TensorView<T>> dv, const AttentionOptions& options = {},
                         const BackwardExtras& extras = {}) {
-  const BackwardParams<T> p = make_backward_params<T>(q, k, v, o, d_o, lse, dq, dk, dv, options, extras);
-  validate_context(ctx, p.q.dim, p.v.dim);
-  if (p.q.batch == 0) return;  // nothing to compute: a defined no-op
-  dispatch_backward(ctx, p, options);
+  if constexpr (detail::check_element_type<T>::value) {
+    const BackwardParams<T> p = make_backward_params<T>(q, k, v, o, d_o, lse, dq, dk, dv, options, extras);
+    validate_context(ctx, p.q.dim, p.v.dim);
+    if (p.q.batch == 0) return;  // nothing to compute: a defined no-op
+    dispatch_backward(ctx, p, options);
+  }
 }
 
 template <class T>
@@ -65,24 +68,26 @@ void attention_backward_masked(const Context& ctx, detail::nondeduced<TensorView
                                LseView lse, TensorView<T> dq, detail::nondeduced<TensorView<T>> dk,
                                detail::nondeduced<TensorView<T>> dv, const Mask& mask,
                                const AttentionOptions& options = {}, const BackwardExtras& extras = {}) {
-  if (options.has_window())
-    detail::reject_window_with_policy("score_mod(BandMask::causal(seq_q, seq_k), fn, grad_fn)");
-  constexpr bool has_sink = has_sink_v<decltype(policy_for(mask, SequenceInfo{}))>;
-  const BackwardParams<T> p =
-      make_backward_params<T>(q, k, v, o, d_o, lse, dq, dk, dv, options, extras, has_sink, bias_in_policy(mask));
-  validate_context(ctx, p.q.dim, p.v.dim);
-  check_policy_lengths(mask, q.seq, k.seq);
-  check_policy_heads(mask, q.heads);
-  check_policy_shape(mask, q.batch, q.heads);
-  check_policy_reads(mask, {{"dq", detail::check_view("dq", dq)},
-                            {"dk", detail::check_view("dk", dk)},
-                            {"dv", detail::check_view("dv", dv)}});
-  if (p.q.batch == 0) {  // nothing to compute; a bias's gradient is a sum over no entries
-    if (p.d_bias.data != nullptr)
-      std::fill(p.d_bias.data, p.d_bias.data + p.d_bias.batch * p.d_bias.heads * q.seq * k.seq, 0.0f);
-    return;
+  if constexpr (detail::check_element_type<T>::value && detail::check_backward_policy_type<Mask>::value) {
+    if (options.has_window())
+      detail::reject_window_with_policy("score_mod(BandMask::causal(seq_q, seq_k), fn, grad_fn)");
+    constexpr bool has_sink = has_sink_v<decltype(policy_for(mask, SequenceInfo{}))>;
+    const BackwardParams<T> p =
+        make_backward_params<T>(q, k, v, o, d_o, lse, dq, dk, dv, options, extras, has_sink, bias_in_policy(mask));
+    validate_context(ctx, p.q.dim, p.v.dim);
+    check_policy_lengths(mask, q.seq, k.seq);
+    check_policy_heads(mask, q.heads);
+    check_policy_shape(mask, q.batch, q.heads);
+    check_policy_reads(mask, {{"dq", detail::check_view("dq", dq)},
+                              {"dk", detail::check_view("dk", dk)},
+                              {"dv", detail::check_view("dv", dv)}});
+    if (p.q.batch == 0) {  // nothing to compute; a bias's gradient is a sum over no entries
+      if (p.d_bias.data != nullptr)
+        std::fill(p.d_bias.data, p.d_bias.data + p.d_bias.batch * p.d_bias.heads * q.seq * k.seq, 0.0f);
+      return;
+    }
+    dispatch_backward(ctx, p, mask);
   }
-  dispatch_backward(ctx, p, mask);
 }
 
 template <class T, class Mask>

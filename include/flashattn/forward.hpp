@@ -23,6 +23,7 @@
 #include "flashattn/core/forward_validate.hpp"
 #include "flashattn/core/masks.hpp"
 #include "flashattn/core/options.hpp"
+#include "flashattn/core/static_checks.hpp"
 #include "flashattn/core/variants.hpp"
 #include "flashattn/core/views.hpp"
 #include "flashattn/cpu/context.hpp"
@@ -36,8 +37,9 @@ template <class Context>
 using if_context = std::enable_if_t<is_backend_context_v<Context>>;
 // Overloads for K/V stored in another type than Q/O: enabled only when the types differ, so a call of one
 // type never sees two candidates. KvElem may be const-qualified (views of const or mutable data).
+// (Not for a const T: a view of const output goes to the one-type overload, whose check names the mistake.)
 template <class T, class KvElem>
-using if_mixed_kv = std::enable_if_t<!std::is_same_v<T, std::remove_const_t<KvElem>>>;
+using if_mixed_kv = std::enable_if_t<!std::is_const_v<T> && !std::is_same_v<T, std::remove_const_t<KvElem>>>;
 
 // `example`: how to compose the band into a policy, e.g. "score_mod(BandMask::causal(seq_q, seq_k), fn)".
 [[noreturn]] inline void reject_window_with_policy(const char* example) {
@@ -55,10 +57,12 @@ void attention_forward(const Context& ctx, detail::nondeduced<TensorView<const T
                        detail::nondeduced<TensorView<const T>> k, detail::nondeduced<TensorView<const T>> v,
                        TensorView<T> o, const AttentionOptions& options = {}, LseView lse = {},
                        Accounting&& acct = Accounting{}) {
-  const ForwardParams<T> p = make_forward_params<T>(q, k, v, o, lse, options);
-  validate_context(ctx, p.head_dim(), p.value_dim());
-  if (p.batch() == 0 || p.q.seq == 0) return;  // nothing to compute: a defined no-op
-  dispatch_forward(ctx, p, options, acct);
+  if constexpr (detail::check_element_type<T>::value) {
+    const ForwardParams<T> p = make_forward_params<T>(q, k, v, o, lse, options);
+    validate_context(ctx, p.head_dim(), p.value_dim());
+    if (p.batch() == 0 || p.q.seq == 0) return;  // nothing to compute: a defined no-op
+    dispatch_forward(ctx, p, options, acct);
+  }
 }
 
 template <class T, class Accounting = NoAccounting>
@@ -96,15 +100,17 @@ void attention_forward_masked(const Context& ctx, detail::nondeduced<TensorView<
                               detail::nondeduced<TensorView<const T>> k, detail::nondeduced<TensorView<const T>> v,
                               TensorView<T> o, const Mask& mask, const AttentionOptions& options = {},
                               LseView lse = {}, Accounting&& acct = Accounting{}) {
-  if (options.has_window()) detail::reject_window_with_policy("score_mod(BandMask::causal(seq_q, seq_k), fn)");
-  const ForwardParams<T> p = make_forward_params<T>(q, k, v, o, lse, options);
-  validate_context(ctx, p.head_dim(), p.value_dim());
-  check_policy_lengths(mask, q.seq, k.seq);
-  check_policy_heads(mask, q.heads);
-  check_policy_shape(mask, q.batch, q.heads);
-  check_policy_reads(mask, {{"o", detail::check_view("o", o)}, {"lse", detail::lse_span(lse)}});
-  if (p.batch() == 0 || p.q.seq == 0) return;
-  dispatch_forward(ctx, p, mask, acct);
+  if constexpr (detail::check_element_type<T>::value && detail::check_policy_type<Mask>::value) {
+    if (options.has_window()) detail::reject_window_with_policy("score_mod(BandMask::causal(seq_q, seq_k), fn)");
+    const ForwardParams<T> p = make_forward_params<T>(q, k, v, o, lse, options);
+    validate_context(ctx, p.head_dim(), p.value_dim());
+    check_policy_lengths(mask, q.seq, k.seq);
+    check_policy_heads(mask, q.heads);
+    check_policy_shape(mask, q.batch, q.heads);
+    check_policy_reads(mask, {{"o", detail::check_view("o", o)}, {"lse", detail::lse_span(lse)}});
+    if (p.batch() == 0 || p.q.seq == 0) return;
+    dispatch_forward(ctx, p, mask, acct);
+  }
 }
 
 template <class T, class Mask, class Accounting = NoAccounting>

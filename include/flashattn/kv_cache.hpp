@@ -22,6 +22,7 @@
 
 #include "flashattn/core/kv_cache.hpp"
 #include "flashattn/core/kv_cache_validate.hpp"
+#include "flashattn/core/static_checks.hpp"
 #include "flashattn/forward.hpp"
 
 namespace flashattn {
@@ -32,10 +33,12 @@ template <class Context, class T, class Accounting = NoAccounting, class = detai
 void attention_forward(const Context& ctx, detail::nondeduced<TensorView<const T>> q,
                        const detail::nondeduced<KvCacheView<const T>>& cache, TensorView<T> o,
                        const AttentionOptions& options = {}, LseView lse = {}, Accounting&& acct = Accounting{}) {
-  const auto p = make_cache_forward_params<T>(q, cache, o, lse, options);
-  validate_context(ctx, p.head_dim(), p.value_dim());
-  if (p.batch() == 0 || p.q.seq == 0) return;
-  dispatch_forward(ctx, p, options, acct);
+  if constexpr (detail::check_element_type<T>::value) {
+    const auto p = make_cache_forward_params<T>(q, cache, o, lse, options);
+    validate_context(ctx, p.head_dim(), p.value_dim());
+    if (p.batch() == 0 || p.q.seq == 0) return;
+    dispatch_forward(ctx, p, options, acct);
+  }
 }
 
 template <class T, class Accounting = NoAccounting>
@@ -50,10 +53,12 @@ template <class Context, class T, class Accounting = NoAccounting, class = detai
 void attention_forward(const Context& ctx, detail::nondeduced<TensorView<const T>> q,
                        const detail::nondeduced<PagedKvCacheView<const T>>& cache, TensorView<T> o,
                        const AttentionOptions& options = {}, LseView lse = {}, Accounting&& acct = Accounting{}) {
-  const auto p = make_paged_forward_params<T>(q, cache, o, lse, options);
-  validate_context(ctx, p.head_dim(), p.value_dim());
-  if (p.batch() == 0 || p.q.seq == 0) return;
-  dispatch_forward(ctx, p, options, acct);
+  if constexpr (detail::check_element_type<T>::value) {
+    const auto p = make_paged_forward_params<T>(q, cache, o, lse, options);
+    validate_context(ctx, p.head_dim(), p.value_dim());
+    if (p.batch() == 0 || p.q.seq == 0) return;
+    dispatch_forward(ctx, p, options, acct);
+  }
 }
 
 template <class T, class Accounting = NoAccounting>
@@ -70,11 +75,13 @@ template <class Context, class T, class KvElem, class Accounting = NoAccounting,
 void attention_forward(const Context& ctx, detail::nondeduced<TensorView<const T>> q, const KvCacheView<KvElem>& cache,
                        TensorView<T> o, const AttentionOptions& options = {}, LseView lse = {},
                        Accounting&& acct = Accounting{}) {
-  using E = std::remove_const_t<KvElem>;
-  const auto p = make_cache_forward_params<T, E>(q, KvCacheView<const E>(cache), o, lse, options);
-  validate_context(ctx, p.head_dim(), p.value_dim());
-  if (p.batch() == 0 || p.q.seq == 0) return;
-  dispatch_forward(ctx, p, options, acct);
+  if constexpr (detail::check_element_type<T>::value) {
+    using E = std::remove_const_t<KvElem>;
+    const auto p = make_cache_forward_params<T, E>(q, KvCacheView<const E>(cache), o, lse, options);
+    validate_context(ctx, p.head_dim(), p.value_dim());
+    if (p.batch() == 0 || p.q.seq == 0) return;
+    dispatch_forward(ctx, p, options, acct);
+  }
 }
 
 template <class T, class KvElem, class Accounting = NoAccounting, class = detail::if_mixed_kv<T, KvElem>>
@@ -89,11 +96,13 @@ template <class Context, class T, class KvElem, class Accounting = NoAccounting,
 void attention_forward(const Context& ctx, detail::nondeduced<TensorView<const T>> q,
                        const PagedKvCacheView<KvElem>& cache, TensorView<T> o, const AttentionOptions& options = {},
                        LseView lse = {}, Accounting&& acct = Accounting{}) {
-  using E = std::remove_const_t<KvElem>;
-  const auto p = make_paged_forward_params<T, E>(q, PagedKvCacheView<const E>(cache), o, lse, options);
-  validate_context(ctx, p.head_dim(), p.value_dim());
-  if (p.batch() == 0 || p.q.seq == 0) return;
-  dispatch_forward(ctx, p, options, acct);
+  if constexpr (detail::check_element_type<T>::value) {
+    using E = std::remove_const_t<KvElem>;
+    const auto p = make_paged_forward_params<T, E>(q, PagedKvCacheView<const E>(cache), o, lse, options);
+    validate_context(ctx, p.head_dim(), p.value_dim());
+    if (p.batch() == 0 || p.q.seq == 0) return;
+    dispatch_forward(ctx, p, options, acct);
+  }
 }
 
 template <class T, class KvElem, class Accounting = NoAccounting, class = detail::if_mixed_kv<T, KvElem>>

@@ -26,6 +26,7 @@
 #include "flashattn/core/kv_source.hpp"
 #include "flashattn/core/sequence.hpp"
 #include "flashattn/core/validate.hpp"
+#include "flashattn/core/static_checks.hpp"
 #include "flashattn/forward.hpp"
 
 namespace flashattn {
@@ -114,10 +115,12 @@ void attention_forward_varlen(const Context& ctx, detail::nondeduced<TensorView<
                               detail::nondeduced<TensorView<const T>> k, detail::nondeduced<TensorView<const T>> v,
                               TensorView<T> o, const PackedBatch& seqs, const AttentionOptions& options = {},
                               LseView lse = {}, Accounting&& acct = Accounting{}) {
-  const auto p = make_varlen_forward_params<T>(q, k, v, o, seqs, lse, options);
-  validate_context(ctx, p.head_dim(), p.value_dim());
-  if (p.batch() == 0 || p.seqs.total_q() == 0) return;
-  dispatch_forward(ctx, p, options, acct);
+  if constexpr (detail::check_element_type<T>::value) {
+    const auto p = make_varlen_forward_params<T>(q, k, v, o, seqs, lse, options);
+    validate_context(ctx, p.head_dim(), p.value_dim());
+    if (p.batch() == 0 || p.seqs.total_q() == 0) return;
+    dispatch_forward(ctx, p, options, acct);
+  }
 }
 
 template <class T, class Accounting = NoAccounting>
@@ -161,10 +164,12 @@ void attention_backward_varlen(const Context& ctx, detail::nondeduced<TensorView
                                LseView lse, TensorView<T> dq, detail::nondeduced<TensorView<T>> dk,
                                detail::nondeduced<TensorView<T>> dv, const PackedBatch& seqs,
                                const AttentionOptions& options = {}, const BackwardExtras& extras = {}) {
-  const auto p = make_varlen_backward_params<T>(q, k, v, o, d_o, lse, dq, dk, dv, seqs, options, extras);
-  validate_context(ctx, p.q.dim, p.v.dim);
-  if (p.batch() == 0) return;
-  dispatch_backward(ctx, p, options);
+  if constexpr (detail::check_element_type<T>::value) {
+    const auto p = make_varlen_backward_params<T>(q, k, v, o, d_o, lse, dq, dk, dv, seqs, options, extras);
+    validate_context(ctx, p.q.dim, p.v.dim);
+    if (p.batch() == 0) return;
+    dispatch_backward(ctx, p, options);
+  }
 }
 
 template <class T>

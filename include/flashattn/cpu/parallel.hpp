@@ -17,6 +17,7 @@
 #include <omp.h>
 #endif
 
+#include "flashattn/cpu/build_info.hpp"
 #include "flashattn/cpu/denormals.hpp"
 #include "flashattn/cpu/thread_pool.hpp"
 #include "flashattn/core/views.hpp"
@@ -51,6 +52,7 @@ namespace detail {
 // of the launch, error and flush handling serves every kernel (compile time and code size: a template
 // here was instantiated once per kernel lambda).
 inline void run_workers_erased(index_t items, int threads, void (*call)(void*, WorkQueue&), void* worker) {
+  announce_build_once();
   if (items <= 0) return;
   threads = int(std::min<index_t>(std::max(threads, 1), items));
   WorkQueue queue(items);
