@@ -98,9 +98,11 @@ def main():
             f"{human_bytes(v['extra'])} extra (its N × N score matrix); the tiled path moved {human_bytes(t['moved'])} "
             f"({v['moved'] / t['moved']:.0f}x less) with {human_bytes(t['extra'])} of tiles, and ran "
             f"{v['time_ms'] / t['time_ms']:.2f}x faster ({t['gflops']:.1f} against {v['gflops']:.1f} GFLOP/s). "
-            f"The naive path's extra memory grows as N² (4·N² bytes), the tiled path's stays the size of its tiles; "
-            f"its traffic grows as N²·d²/M (K and V are read once per block of query rows), not as N², so it stays "
-            f"far below the naive path's at every N.")
+            f"The naive path's extra memory grows as N² (4·N² bytes); the tiled path's is bounded whatever N (its "
+            f"tiles, plus at most 8 MiB per thread of staged K/V tiles kept for reuse at moderate N). Its traffic "
+            f"also grows as N², since K and V are read once per block of query rows, but it is the naive path's "
+            f"divided by about 2·(block rows)/d: the block grows with the cache, as the FlashAttention paper's "
+            f"N²·d²/M (docs/io.md).")
         if nt > n:
             summary += (f" Beyond N = {n} only the tiled path ran (N = {nt}: {tl['time_ms'] / 1000:.1f} s, "
                         f"{human_bytes(tl['extra'])} extra; the naive one would need {human_bytes(4.0 * nt * nt)} "
