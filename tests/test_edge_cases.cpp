@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "configs.hpp"
+#include "expect_invalid.hpp"
+#include "flashattn/core/fused_qkv.hpp"
 #include "flashattn/cpu/context.hpp"
 #include "flashattn/forward.hpp"
 #include "reference.hpp"
@@ -289,6 +291,53 @@ TYPED_TEST(EdgeCases, ThreadCountDoesNotChangeResults) {
       ASSERT_EQ(std::memcmp(one_lse.data(), many_lse.data(), one_lse.size() * sizeof(double)), 0) << threads;
     }
   }
+}
+
+// ---- Views of a fused QKV projection (core/fused_qkv.hpp) -------------------------------------------------------
+
+// The three views of one [q | k | v] buffer (GQA, a padded row) give the bits of the same call on separate
+// contiguous copies, and every element they name is the one the layout puts there.
+TEST(FusedQkv, ViewsAreTheSlicesOfEachRow) {
+  const index_t b = 2, s = 37, hq = 4, hkv = 2, d = 24, pad = 5, row = (hq + 2 * hkv) * d + pad;
+  std::vector<float> fused(std::size_t(b * s * row));
+  for (std::size_t i = 0; i < fused.size(); ++i) fused[i] = float(std::sin(0.1 * double(i)));
+  const QkvViews<const float> v3 = fused_qkv_bshd<const float>(fused.data(), b, s, hq, hkv, d, row);
+  std::vector<float> q(std::size_t(b * s * hq * d)), k(std::size_t(b * s * hkv * d)), v(k.size());
+  for (index_t bb = 0; bb < b; ++bb)
+    for (index_t t = 0; t < s; ++t) {
+      const float* r = fused.data() + (bb * s + t) * row;
+      for (index_t e = 0; e < hq * d; ++e) q[std::size_t((bb * s + t) * hq * d + e)] = r[e];
+      for (index_t e = 0; e < hkv * d; ++e) {
+        k[std::size_t((bb * s + t) * hkv * d + e)] = r[hq * d + e];
+        v[std::size_t((bb * s + t) * hkv * d + e)] = r[(hq + hkv) * d + e];
+      }
+    }
+  for (index_t bb = 0; bb < b; ++bb)
+    for (index_t t = 0; t < s; t += 7)
+      for (index_t h = 0; h < hkv; ++h) {
+        EXPECT_EQ(&v3.q(bb, t, 2 * h + 1, 3), fused.data() + (bb * s + t) * row + (2 * h + 1) * d + 3);
+        EXPECT_EQ(&v3.v(bb, t, h, d - 1), fused.data() + (bb * s + t) * row + (hq + hkv + h) * d + d - 1);
+      }
+  AttentionOptions opts;
+  opts.causal = true;
+  std::vector<float> o_fused(q.size()), o_copies(q.size());
+  attention_forward<float>(v3.q, v3.k, v3.v, bshd(o_fused.data(), b, s, hq, d), opts);
+  attention_forward<float>(bshd<const float>(q.data(), b, s, hq, d), bshd<const float>(k.data(), b, s, hkv, d),
+                           bshd<const float>(v.data(), b, s, hkv, d), bshd(o_copies.data(), b, s, hq, d), opts);
+  EXPECT_EQ(0, std::memcmp(o_fused.data(), o_copies.data(), o_fused.size() * sizeof(float)));
+  // Without padding, row_stride 0 means the packed row.
+  const QkvViews<float> packed = fused_qkv_bshd(fused.data(), b, s, hq, hkv, d);
+  EXPECT_EQ(packed.k.stride_seq, (hq + 2 * hkv) * d);
+  EXPECT_EQ(packed.k.data, fused.data() + hq * d);
+}
+
+TEST(FusedQkv, BadArgumentsAreNamed) {
+  std::vector<float> x(1024);
+  expect_invalid([&] { fused_qkv_bshd(x.data(), 1, 4, 4, 2, 8, 60); },
+                 "row_stride 60 is shorter than a row of (heads_q + 2·heads_kv)·dim = (4 + 2·2)·8 = 64 elements");
+  expect_invalid([&] { fused_qkv_bshd(x.data(), 1, 4, 3, 2, 8); }, "heads_q must be a multiple of heads_kv, got 3 and 2");
+  expect_invalid([&] { fused_qkv_bshd(x.data(), 1, 4, 4, 0, 8); }, "heads_kv=0");
+  expect_invalid([&] { fused_qkv_bshd(x.data(), -1, 4, 4, 2, 8); }, "batch=-1");
 }
 
 }  // namespace

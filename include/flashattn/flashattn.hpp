@@ -13,6 +13,7 @@
 #include "flashattn/combine.hpp"
 #include "flashattn/core/block_mask.hpp"
 #include "flashattn/core/errors.hpp"
+#include "flashattn/core/fused_qkv.hpp"
 #include "flashattn/core/masks.hpp"
 #include "flashattn/core/options.hpp"
 #include "flashattn/core/score_variants.hpp"
