@@ -10,8 +10,11 @@
 #      AVX2 and portable tiles under ASan) and test_forward itself (the second longest build; the same
 #      forward kernels run under ASan in test_forward_amx, test_edge_cases, test_numerics, test_masks and
 #      the variant tests, and the fuzzer's whole input space is forward calls: skipped to keep CI inside
-#      its time limit); the packaging tests, which only configure and build consumer projects, are left
-#      out.
+#      its time limit), and five whose paths the fuzzer now drives under ASan+UBSan itself (fuzz/: the
+#      score variants on lanes, sinks with d_sinks and dLSE, the structured and block masks, V's own head
+#      dim, forward and backward): test_score_variants, test_backward_extras, test_structured_masks,
+#      test_block_mask, test_value_dim (together about 9 of this pass's 40 minutes on a Zen 3 core pair,
+#      2026-12-07); the packaging tests, which only configure and build consumer projects, are left out.
 #   2. TSan: test_concurrency, whose forward, masked and backward calls run from many user threads, each
 #      with workers of its own, run by ctest.
 # Build dirs: $FLASHATTN_ASAN_BUILD (default build-asan) and $FLASHATTN_TSAN_BUILD (default build-tsan);
@@ -45,7 +48,7 @@ configure() {
 
 if [[ $what == all || $what == asan ]]; then
   say "ASan+UBSan: configure and build $asan_dir"
-  configure "$asan_dir" -fsanitize=address,undefined -fno-sanitize-recover=all -- "-DFLASHATTN_SKIP_TESTS=test_accounting;test_long_context;test_forward_isa;test_forward"
+  configure "$asan_dir" -fsanitize=address,undefined -fno-sanitize-recover=all -- "-DFLASHATTN_SKIP_TESTS=test_accounting;test_long_context;test_forward_isa;test_forward;test_score_variants;test_backward_extras;test_structured_masks;test_block_mask;test_value_dim"
   cmake --build "$asan_dir" -j "$jobs"
   say "ASan+UBSan: ctest"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1 \

@@ -5,10 +5,10 @@ generation, which is most of the time these heavily templated files take. Not ch
 the optimiser (-Warray-bounds, -Wstringop-*, ...) and linking. CI uses it for the benchmark programs,
 which the test build does not build (bench/run.sh and docs/performance.md build them).
 
-    python3 .ci/syntax_only.py BUILD_DIR [PATH_PREFIX] [--jobs N]
+    python3 .ci/syntax_only.py BUILD_DIR [PATH_PREFIX ...] [--jobs N]
 
-BUILD_DIR must be configured with -DCMAKE_EXPORT_COMPILE_COMMANDS=ON. Only files under PATH_PREFIX
-(relative to the source tree; default: all) are checked. Prints one line per TU as it finishes,
+BUILD_DIR must be configured with -DCMAKE_EXPORT_COMPILE_COMMANDS=ON. Only files under one of the
+PATH_PREFIXes (relative to the source tree: a folder, or a file; default: all) are checked. Prints one line per TU as it finishes,
 named by its object file (one source can be several TUs, e.g. with different macros).
 """
 import argparse
@@ -24,16 +24,21 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build_dir")
-    ap.add_argument("prefix", nargs="?", default="")
+    ap.add_argument("prefix", nargs="*", default=[""])
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with open(os.path.join(args.build_dir, "compile_commands.json")) as f:
         entries = json.load(f)
-    prefix = os.path.join(os.path.join(root, args.prefix), "")  # a trailing separator: bench/, not bench*
-    entries = [e for e in entries if os.path.abspath(os.path.join(e["directory"], e["file"])).startswith(prefix)]
+    def wanted(prefix):  # a folder gets a trailing separator (bench/, not bench*); a file is taken as it is
+        path = os.path.join(root, prefix)
+        return path if os.path.isfile(path) else os.path.join(path, "")
+
+    prefixes = [wanted(p) for p in args.prefix]
+    entries = [e for e in entries
+               if any(os.path.abspath(os.path.join(e["directory"], e["file"])).startswith(p) for p in prefixes)]
     if not entries:
-        sys.exit(f"syntax_only.py: no translation units under {prefix} in {args.build_dir}")
+        sys.exit(f"syntax_only.py: no translation units under {', '.join(prefixes)} in {args.build_dir}")
 
     def check(entry):
         argv = entry["arguments"] if "arguments" in entry else shlex.split(entry["command"])
